@@ -1,0 +1,187 @@
+// Package client is the Shoal client library: metadata calls to the MDS,
+// striping, Reed-Solomon encoding, write-back, read-ahead and degraded reads
+// against the OSTs. The FUSE mount, the checkpoint API, the admin CLI and the
+// benchmarks are built on it.
+//
+// Lock order: File.mu, then Client.mu. Client.mu guards only the connection
+// and OST address caches and is never held across an RPC.
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/layout"
+	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/ost/ostpb"
+)
+
+// RootIno is the inode number of the root directory.
+const RootIno = 1
+
+// Options configure a Client.
+type Options struct {
+	// MDS is the metadata server's address.
+	MDS string
+	// Logger receives warnings about failed chunks; nil discards.
+	Logger *slog.Logger
+	// Registry receives the client's metrics; nil registers none.
+	Registry prometheus.Registerer
+	// ExtentRows is the number of full rows in a full extent: the write
+	// buffer is cut into extents of ExtentRows*K*Unit bytes. Default 4.
+	ExtentRows int
+	// UploadsPerFile bounds extents in flight per open file. Default 4.
+	UploadsPerFile int
+	// ChunkTimeout bounds one chunk read or write; a read that times out is
+	// served by reconstruction from the other chunks. Default 10s.
+	ChunkTimeout time.Duration
+	// ReadCacheRows is the number of decoded rows each open file caches for
+	// sequential reads and read-ahead. Default 8.
+	ReadCacheRows int
+	// ReadAheadRows is how many rows ahead a sequential reader prefetches.
+	// Default 2.
+	ReadAheadRows int
+}
+
+func (o *Options) setDefaults() error {
+	if o.MDS == "" {
+		return fmt.Errorf("client: no MDS address: %w", errs.ErrInvalid)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ExtentRows <= 0 {
+		o.ExtentRows = 4
+	}
+	if o.UploadsPerFile <= 0 {
+		o.UploadsPerFile = 4
+	}
+	if o.ChunkTimeout <= 0 {
+		o.ChunkTimeout = 10 * time.Second
+	}
+	if o.ReadCacheRows <= 0 {
+		o.ReadCacheRows = 8
+	}
+	if o.ReadAheadRows < 0 {
+		o.ReadAheadRows = 0
+	} else if o.ReadAheadRows == 0 {
+		o.ReadAheadRows = 2
+	}
+	return nil
+}
+
+// Client talks to one Shoal cluster. It is safe for concurrent use.
+type Client struct {
+	opts    Options
+	log     *slog.Logger
+	mdsConn *grpc.ClientConn
+	mds     mdspb.MdsClient
+	metrics *metrics
+
+	mu struct {
+		sync.Mutex
+		conns   map[string]*grpc.ClientConn // by OST address
+		ostAddr map[uint32]string           // OST id -> address
+	}
+}
+
+// New connects to the cluster whose MDS is at o.MDS.
+func New(ctx context.Context, o Options) (*Client, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	addr := strings.Split(o.MDS, ",")[0]
+	conn, err := wire.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
+	}
+	c := &Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry)}
+	c.mu.conns = map[string]*grpc.ClientConn{}
+	c.mu.ostAddr = map[uint32]string{}
+	if _, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: RootIno}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("client: MDS %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	conns := c.mu.conns
+	c.mu.conns = map[string]*grpc.ClientConn{}
+	c.mu.Unlock()
+	for _, cc := range conns {
+		cc.Close()
+	}
+	return c.mdsConn.Close()
+}
+
+// MDS returns the raw MDS stub, for callers (admin, tests) that need a call
+// the client does not wrap.
+func (c *Client) MDS() mdspb.MdsClient { return c.mds }
+
+// ost returns a stub for OST id, refreshing the address table from the MDS
+// when the id is unknown or refresh is set.
+func (c *Client) ost(ctx context.Context, id uint32, refresh bool) (ostpb.OstClient, error) {
+	c.mu.Lock()
+	addr, ok := c.mu.ostAddr[id]
+	c.mu.Unlock()
+	if !ok || refresh {
+		if err := c.refreshOsts(ctx); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		addr, ok = c.mu.ostAddr[id]
+		c.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("OST %d is not registered: %w", id, errs.ErrUnavailable)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc, ok := c.mu.conns[addr]
+	if !ok {
+		var err error
+		if cc, err = wire.Dial(addr); err != nil {
+			return nil, fmt.Errorf("dial OST %d at %s: %w", id, addr, err)
+		}
+		c.mu.conns[addr] = cc
+	}
+	return ostpb.NewOstClient(cc), nil
+}
+
+func (c *Client) refreshOsts(ctx context.Context) error {
+	r, err := c.mds.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if err != nil {
+		return fmt.Errorf("list OSTs: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range r.GetOsts() {
+		c.mu.ostAddr[o.GetId()] = o.GetAddr()
+	}
+	return nil
+}
+
+// layoutOf converts a wire layout.
+func layoutOf(l *mdspb.Layout) (layout.Layout, error) {
+	if l == nil {
+		return layout.Layout{}, fmt.Errorf("missing layout: %w", errs.ErrInvalid)
+	}
+	lo := layout.Layout{K: int(l.GetK()), M: int(l.GetM()), Unit: int64(l.GetUnit())}
+	return lo, lo.Validate()
+}
+
+// ErrEOF is io.EOF, returned by ReadAt at or past the end of a file.
+var ErrEOF = io.EOF

@@ -1,0 +1,475 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/layout"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// MaxFileSize is the largest file offset Shoal accepts (2^62 bytes).
+const MaxFileSize = int64(1) << 62
+
+// File is an open regular file. Writes are buffered and cut into extents of
+// up to ExtentRows full rows; each extent is encoded and uploaded in the
+// background, then committed to the MDS in write order. Reads see the
+// file's own unflushed writes. A File is safe for concurrent use; share one
+// File per inode within a process so that every reader sees every write.
+//
+// Lock order: mu before rows.mu.
+type File struct {
+	c      *Client
+	ino    uint64
+	lo     layout.Layout
+	extMax int64
+
+	ctx    context.Context // uploads and read-ahead; cancelled by Close
+	cancel context.CancelFunc
+
+	lastEnd atomic.Int64 // end of the last read, for sequential detection
+	rows    rowCache
+
+	// mu guards the fields below. Reads hold it shared for their whole
+	// duration, so a commit can never move data between the committed map
+	// and the buffers while a read looks at both.
+	mu   sync.RWMutex
+	cond *sync.Cond // on mu (exclusive); broadcast when inflight shrinks
+	ext  extentMap  // committed extent map
+	size int64      // logical size, unflushed writes included
+	// dirty is the write buffer: file bytes [dirtyOff, dirtyOff+len(dirty)).
+	dirtyOff   int64
+	dirty      []byte
+	inflight   []*upload // cut from dirty, not yet committed; in write order
+	committing bool
+	err        error // first write error, reported by the next Fsync/Close
+	closed     bool
+}
+
+type upload struct {
+	off  int64
+	data []byte
+	done bool
+	ref  *mdspb.ExtentRef
+	err  error
+}
+
+// OpenIno opens the regular file ino.
+func (c *Client) OpenIno(ctx context.Context, ino uint64) (*File, error) {
+	r, err := c.mds.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: ino})
+	if err != nil {
+		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+	}
+	a := r.GetAttr()
+	if a.GetMode()&sIFMT == sIFDIR {
+		return nil, fmt.Errorf("open inode %d: %w", ino, errs.ErrIsDir)
+	}
+	if a.GetMode()&sIFMT != sIFREG {
+		return nil, fmt.Errorf("open inode %d: not a regular file: %w", ino, errs.ErrInvalid)
+	}
+	lo, err := layoutOf(a.GetLayout())
+	if err != nil {
+		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+	}
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f := &File{
+		c: c, ino: ino, lo: lo, extMax: int64(c.opts.ExtentRows) * lo.RowData(),
+		ctx: fctx, cancel: cancel,
+		ext: extentMap(r.GetExtents()), size: int64(a.GetSize()),
+	}
+	f.cond = sync.NewCond(&f.mu)
+	f.rows.init(c.opts.ReadCacheRows)
+	return f, nil
+}
+
+// Ino returns the file's inode number.
+func (f *File) Ino() uint64 { return f.ino }
+
+// Layout returns the file's layout.
+func (f *File) Layout() layout.Layout { return f.lo }
+
+// Size returns the file's size as this client sees it, unflushed writes
+// included.
+func (f *File) Size() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.size
+}
+
+// WriteAt buffers p at off. Errors of the background upload are returned by
+// a later WriteAt, Fsync or Close.
+func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 || off > MaxFileSize-int64(len(p)) {
+		return 0, fmt.Errorf("write at %d+%d: %w", off, len(p), errs.ErrTooLarge)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, fmt.Errorf("write to closed file: %w", errs.ErrInvalid)
+	}
+	if f.err != nil {
+		err := f.err
+		f.err = nil
+		return 0, err
+	}
+	end := f.dirtyOff + int64(len(f.dirty))
+	if len(f.dirty) > 0 && (off < f.dirtyOff || off > end) {
+		f.cutLocked(int64(len(f.dirty)))
+	}
+	if len(f.dirty) == 0 {
+		f.dirtyOff = off
+		if f.dirty == nil {
+			f.dirty = make([]byte, 0, f.extMax)
+		}
+	}
+	rel := off - f.dirtyOff
+	if grow := rel + int64(len(p)) - int64(len(f.dirty)); grow > 0 {
+		f.dirty = append(f.dirty, make([]byte, grow)...)
+	}
+	copy(f.dirty[rel:], p)
+	f.size = max(f.size, off+int64(len(p)))
+	for int64(len(f.dirty)) >= f.extMax {
+		f.cutLocked(f.extMax)
+	}
+	return len(p), nil
+}
+
+// cutLocked moves the first n dirty bytes into a new upload, waiting while
+// too many uploads are in flight. f.mu must be held exclusively.
+func (f *File) cutLocked(n int64) {
+	for len(f.inflight) >= f.c.opts.UploadsPerFile {
+		f.cond.Wait()
+	}
+	u := &upload{off: f.dirtyOff, data: f.dirty[:n:n]}
+	rest := f.dirty[n:]
+	f.dirtyOff += n
+	if len(rest) == 0 {
+		f.dirty = nil
+	} else {
+		f.dirty = append(make([]byte, 0, f.extMax), rest...)
+	}
+	f.inflight = append(f.inflight, u)
+	go func() {
+		ref, err := f.c.uploadExtent(f.ctx, f.ino, u.off, u.data)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		u.done, u.ref, u.err = true, ref, err
+		f.commitLocked()
+	}()
+}
+
+// commitLocked commits the finished uploads at the head of the queue to the
+// MDS, in write order, one batch at a time. f.mu must be held exclusively;
+// it is released during the MDS call.
+func (f *File) commitLocked() {
+	for !f.committing {
+		n := 0
+		for n < len(f.inflight) && f.inflight[n].done {
+			n++
+		}
+		if n == 0 {
+			return
+		}
+		batch := f.inflight[:n]
+		var refs []*mdspb.ExtentRef
+		for _, u := range batch {
+			if u.err != nil {
+				if f.err == nil {
+					f.err = u.err
+				}
+				continue
+			}
+			refs = append(refs, u.ref)
+		}
+		var err error
+		if len(refs) > 0 {
+			f.committing = true
+			f.mu.Unlock()
+			_, err = f.c.mds.CommitExtents(f.ctx, &mdspb.CommitExtentsRequest{Ino: f.ino, Extents: refs})
+			f.mu.Lock()
+			f.committing = false
+		}
+		if err != nil {
+			if f.err == nil {
+				f.err = fmt.Errorf("commit extents of inode %d: %w", f.ino, err)
+			}
+		} else {
+			for _, r := range refs {
+				f.ext = f.ext.insert(r)
+				f.c.metrics.writeBytes.Add(float64(r.GetLength()))
+			}
+		}
+		f.inflight = f.inflight[n:]
+		f.cond.Broadcast()
+	}
+}
+
+// flushLocked uploads the write buffer and waits until every upload is
+// committed. f.mu must be held exclusively.
+func (f *File) flushLocked() error {
+	if len(f.dirty) > 0 {
+		f.cutLocked(int64(len(f.dirty)))
+	}
+	for len(f.inflight) > 0 || f.committing {
+		f.cond.Wait()
+	}
+	err := f.err
+	f.err = nil
+	return err
+}
+
+// Fsync makes every write durable: the chunks fsynced on their OSTs and the
+// extent map and size synced in the MDS.
+func (f *File) Fsync(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.flushLocked()
+}
+
+// Truncate sets the file's size; bytes past a grown size read as zeros.
+func (f *File) Truncate(ctx context.Context, size int64) error {
+	if size < 0 || size > MaxFileSize {
+		return fmt.Errorf("truncate to %d: %w", size, errs.ErrInvalid)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.flushLocked(); err != nil {
+		return err
+	}
+	if _, err := f.c.mds.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: f.ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_SIZE), Size: uint64(size)}); err != nil {
+		return fmt.Errorf("truncate inode %d: %w", f.ino, err)
+	}
+	f.ext = f.ext.truncate(uint64(size))
+	f.size = size
+	return nil
+}
+
+// Close flushes the file and releases its buffers. It returns the first
+// write error not yet reported.
+func (f *File) Close(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	err := f.flushLocked()
+	f.closed = true
+	f.cancel()
+	f.rows.clear()
+	return err
+}
+
+// ReadAt reads len(p) bytes at off. It returns io.EOF when the read ends at
+// or past the end of the file; holes read as zeros.
+func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read at %d: %w", off, errs.ErrInvalid)
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if off >= f.size {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), f.size-off))
+	buf := p[:n]
+	clear(buf)
+	end := off + int64(n)
+	seq := abs(off-f.lastEnd.Load()) <= 1<<20 || int64(n) >= f.lo.RowData()/2
+	f.lastEnd.Store(end)
+
+	var eg errgroup.Group
+	for _, r := range f.ext.overlapping(uint64(off), uint64(end)) {
+		s := max(off, int64(r.GetFileOff()))
+		e := min(end, int64(refEnd(r)))
+		eoff := int64(r.GetExtentOff()) + s - int64(r.GetFileOff())
+		dst := buf[s-off : e-off]
+		eg.Go(func() error {
+			if seq {
+				return f.readRowsCached(ctx, r.GetExtent(), eoff, dst)
+			}
+			return f.c.readExact(ctx, r.GetExtent(), eoff, dst)
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return 0, fmt.Errorf("read inode %d at %d: %w", f.ino, off, err)
+	}
+	if seq {
+		f.readAheadLocked(end)
+	}
+	for _, u := range f.inflight {
+		overlay(buf, off, u.data, u.off)
+	}
+	overlay(buf, off, f.dirty, f.dirtyOff)
+	f.c.metrics.readBytes.Add(float64(n))
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// overlay copies the part of src (file bytes at srcOff) that falls inside
+// dst (file bytes at dstOff).
+func overlay(dst []byte, dstOff int64, src []byte, srcOff int64) {
+	s := max(dstOff, srcOff)
+	e := min(dstOff+int64(len(dst)), srcOff+int64(len(src)))
+	if s < e {
+		copy(dst[s-dstOff:e-dstOff], src[s-srcOff:e-srcOff])
+	}
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// readRowsCached reads extent bytes through the row cache.
+func (f *File) readRowsCached(ctx context.Context, ext *mdspb.Extent, eoff int64, dst []byte) error {
+	g := f.lo.Geom(int64(ext.GetLength()))
+	if lo, err := layoutOf(ext.GetLayout()); err == nil {
+		g = lo.Geom(int64(ext.GetLength()))
+	}
+	for len(dst) > 0 {
+		row := g.RowOf(eoff)
+		data, err := f.rows.get(ctx, f.c, ext, row.Index)
+		if err != nil {
+			return err
+		}
+		n := copy(dst, data[eoff-row.DataOff:])
+		dst = dst[n:]
+		eoff += int64(n)
+	}
+	return nil
+}
+
+// readAheadLocked starts fetching the rows after file offset end. f.mu must
+// be held (shared is enough).
+func (f *File) readAheadLocked(end int64) {
+	ahead := int64(f.c.opts.ReadAheadRows) * f.lo.RowData()
+	if ahead == 0 {
+		return
+	}
+	limit := min(end+ahead, f.size)
+	for _, r := range f.ext.overlapping(uint64(end), uint64(limit)) {
+		lo, err := layoutOf(r.GetExtent().GetLayout())
+		if err != nil {
+			continue
+		}
+		g := lo.Geom(int64(r.GetExtent().GetLength()))
+		s := max(end, int64(r.GetFileOff()))
+		e := min(limit, int64(refEnd(r)))
+		for x := s; x < e; {
+			eoff := int64(r.GetExtentOff()) + x - int64(r.GetFileOff())
+			row := g.RowOf(eoff)
+			f.rows.prefetch(f.ctx, f.c, r.GetExtent(), row.Index)
+			x += row.DataOff + row.DataLen - eoff
+		}
+	}
+}
+
+// rowCache holds decoded rows of extents for sequential readers. Extents
+// are immutable, so an entry never goes stale.
+type rowCache struct {
+	mu struct {
+		sync.Mutex
+		m    map[rowKey]*rowEntry
+		tick uint64
+	}
+	cap int
+}
+
+type rowKey struct {
+	ext uint64
+	row int64
+}
+
+type rowEntry struct {
+	done chan struct{}
+	data []byte
+	err  error
+	used uint64
+}
+
+func (rc *rowCache) init(capacity int) {
+	rc.cap = capacity
+	rc.mu.m = map[rowKey]*rowEntry{}
+}
+
+func (rc *rowCache) clear() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.mu.m = map[rowKey]*rowEntry{}
+}
+
+// start returns the entry for k, starting its fetch when absent.
+func (rc *rowCache) start(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) *rowEntry {
+	k := rowKey{ext.GetId(), row}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.mu.tick++
+	if e, ok := rc.mu.m[k]; ok {
+		e.used = rc.mu.tick
+		return e
+	}
+	e := &rowEntry{done: make(chan struct{}), used: rc.mu.tick}
+	rc.mu.m[k] = e
+	rc.evictLocked()
+	go func() {
+		e.data, e.err = c.readRows(ctx, ext, row, row+1)
+		if e.err != nil {
+			rc.mu.Lock()
+			if rc.mu.m[k] == e {
+				delete(rc.mu.m, k)
+			}
+			rc.mu.Unlock()
+		}
+		close(e.done)
+	}()
+	return e
+}
+
+// evictLocked drops the least recently used finished rows beyond capacity.
+func (rc *rowCache) evictLocked() {
+	for len(rc.mu.m) > rc.cap {
+		var victim rowKey
+		var oldest uint64 = ^uint64(0)
+		for k, e := range rc.mu.m {
+			select {
+			case <-e.done:
+			default:
+				continue // in flight
+			}
+			if e.used < oldest {
+				oldest, victim = e.used, k
+			}
+		}
+		if oldest == ^uint64(0) {
+			return
+		}
+		delete(rc.mu.m, victim)
+	}
+}
+
+func (rc *rowCache) get(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) ([]byte, error) {
+	e := rc.start(context.WithoutCancel(ctx), c, ext, row)
+	select {
+	case <-e.done:
+		return e.data, e.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (rc *rowCache) prefetch(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) {
+	rc.start(ctx, c, ext, row)
+}

@@ -1,0 +1,337 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// File type bits of Attr.Mode (Linux values).
+const (
+	sIFMT  = 0o170000
+	sIFDIR = 0o040000
+	sIFREG = 0o100000
+	sIFLNK = 0o120000
+)
+
+// Mode type bits, exported for callers that build modes.
+const (
+	ModeType    = sIFMT
+	ModeDir     = sIFDIR
+	ModeRegular = sIFREG
+	ModeSymlink = sIFLNK
+)
+
+// MaxNameLen is the longest name in a directory.
+const MaxNameLen = 255
+
+// IsDir reports whether a is a directory.
+func IsDir(a *mdspb.Attr) bool { return a.GetMode()&sIFMT == sIFDIR }
+
+// The inode-level calls below are what the FUSE file system uses; each is
+// one MDS RPC.
+
+// Lookup finds name in directory parent.
+func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*mdspb.Attr, error) {
+	r, err := c.mds.Lookup(ctx, &mdspb.LookupRequest{Parent: parent, Name: []byte(name)})
+	return r.GetAttr(), err
+}
+
+// GetAttr returns the attributes of ino.
+func (c *Client) GetAttr(ctx context.Context, ino uint64) (*mdspb.Attr, error) {
+	r, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: ino})
+	return r.GetAttr(), err
+}
+
+// SetAttr changes the attributes named by req.Valid. A size change of an
+// open file must go through File.Truncate instead, so that its buffers
+// agree.
+func (c *Client) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (*mdspb.Attr, error) {
+	r, err := c.mds.SetAttr(ctx, req)
+	return r.GetAttr(), err
+}
+
+// CreateIn creates a regular file name in parent. With exclusive false an
+// existing regular file is returned instead.
+func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, exclusive bool) (*mdspb.Attr, error) {
+	r, err := c.mds.Create(ctx, &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFREG | mode&0o7777, Uid: uid, Gid: gid, Exclusive: exclusive})
+	return r.GetAttr(), err
+}
+
+// MkdirIn creates directory name in parent.
+func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*mdspb.Attr, error) {
+	r, err := c.mds.Mkdir(ctx, &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFDIR | mode&0o7777, Uid: uid, Gid: gid, Exclusive: true})
+	return r.GetAttr(), err
+}
+
+// SymlinkIn creates symlink name -> target in parent.
+func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (*mdspb.Attr, error) {
+	r, err := c.mds.Symlink(ctx, &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: uid, Gid: gid})
+	return r.GetAttr(), err
+}
+
+// Readlink returns the target of symlink ino.
+func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
+	r, err := c.mds.Readlink(ctx, &mdspb.GetAttrRequest{Ino: ino})
+	return string(r.GetTarget()), err
+}
+
+// LinkIn makes a hard link to ino named name in parent.
+func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*mdspb.Attr, error) {
+	r, err := c.mds.Link(ctx, &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
+	return r.GetAttr(), err
+}
+
+// UnlinkIn removes the non-directory name from parent.
+func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
+	_, err := c.mds.Unlink(ctx, &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	return err
+}
+
+// RmdirIn removes the empty directory name from parent.
+func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error {
+	_, err := c.mds.Rmdir(ctx, &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	return err
+}
+
+// RenameIn renames, with flags a mask of mdspb.RenameFlags.
+func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
+	_, err := c.mds.Rename(ctx, &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: flags})
+	return err
+}
+
+// ReadDirPage returns up to limit entries of directory ino after the name
+// after, and whether the listing is complete.
+func (c *Client) ReadDirPage(ctx context.Context, ino uint64, after string, limit int) ([]*mdspb.DirEntry, bool, error) {
+	r, err := c.mds.ReadDir(ctx, &mdspb.ReadDirRequest{Ino: ino, After: []byte(after), Limit: uint32(limit)})
+	return r.GetEntries(), r.GetEof(), err
+}
+
+// ReadDirIno returns every entry of directory ino.
+func (c *Client) ReadDirIno(ctx context.Context, ino uint64) ([]*mdspb.DirEntry, error) {
+	var all []*mdspb.DirEntry
+	after := ""
+	for {
+		es, eof, err := c.ReadDirPage(ctx, ino, after, 0)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, es...)
+		if eof || len(es) == 0 {
+			return all, nil
+		}
+		after = string(es[len(es)-1].GetName())
+	}
+}
+
+// StatFs returns the cluster's capacity.
+func (c *Client) StatFs(ctx context.Context) (*mdspb.StatFsReply, error) {
+	return c.mds.StatFs(ctx, &mdspb.StatFsRequest{})
+}
+
+// The path calls below resolve slash-separated paths from the root. They
+// do not follow symlinks in the last component; intermediate components
+// must be directories.
+
+func splitPath(p string) ([]string, error) {
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return nil, nil
+	}
+	parts := strings.Split(p[1:], "/")
+	for _, s := range parts {
+		if len(s) > MaxNameLen {
+			return nil, fmt.Errorf("%q: %w", s, errs.ErrNameTooLong)
+		}
+	}
+	return parts, nil
+}
+
+// resolve returns the attributes of path p.
+func (c *Client) resolve(ctx context.Context, p string) (*mdspb.Attr, error) {
+	parts, err := splitPath(p)
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.GetAttr(ctx, RootIno)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range parts {
+		if !IsDir(a) {
+			return nil, fmt.Errorf("%s: %w", p, errs.ErrNotDir)
+		}
+		if a, err = c.Lookup(ctx, a.GetIno(), name); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return a, nil
+}
+
+// resolveParent returns the directory holding p and p's last name.
+func (c *Client) resolveParent(ctx context.Context, p string) (uint64, string, error) {
+	parts, err := splitPath(p)
+	if err != nil {
+		return 0, "", err
+	}
+	if len(parts) == 0 {
+		return 0, "", fmt.Errorf("%q is the root: %w", p, errs.ErrInvalid)
+	}
+	dir, err := c.resolve(ctx, strings.Join(parts[:len(parts)-1], "/"))
+	if err != nil {
+		return 0, "", err
+	}
+	if !IsDir(dir) {
+		return 0, "", fmt.Errorf("%s: %w", p, errs.ErrNotDir)
+	}
+	return dir.GetIno(), parts[len(parts)-1], nil
+}
+
+// Stat returns the attributes of path p.
+func (c *Client) Stat(ctx context.Context, p string) (*mdspb.Attr, error) { return c.resolve(ctx, p) }
+
+// Mkdir creates directory p.
+func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
+	parent, name, err := c.resolveParent(ctx, p)
+	if err != nil {
+		return err
+	}
+	_, err = c.MkdirIn(ctx, parent, name, mode, 0, 0)
+	return err
+}
+
+// MkdirAll creates p and any missing parents.
+func (c *Client) MkdirAll(ctx context.Context, p string, mode uint32) error {
+	parts, err := splitPath(p)
+	if err != nil {
+		return err
+	}
+	ino := uint64(RootIno)
+	for _, name := range parts {
+		a, err := c.Lookup(ctx, ino, name)
+		if err != nil {
+			if a, err = c.MkdirIn(ctx, ino, name, mode, 0, 0); err != nil {
+				return fmt.Errorf("mkdir %s: %w", name, err)
+			}
+		}
+		if !IsDir(a) {
+			return fmt.Errorf("%s: %w", name, errs.ErrNotDir)
+		}
+		ino = a.GetIno()
+	}
+	return nil
+}
+
+// Create creates or truncates the regular file p and opens it.
+func (c *Client) Create(ctx context.Context, p string, mode uint32) (*File, error) {
+	parent, name, err := c.resolveParent(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.CreateIn(ctx, parent, name, mode, 0, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.OpenIno(ctx, a.GetIno())
+	if err != nil {
+		return nil, err
+	}
+	if f.Size() > 0 {
+		if err := f.Truncate(ctx, 0); err != nil {
+			f.Close(ctx)
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// Open opens the regular file p.
+func (c *Client) Open(ctx context.Context, p string) (*File, error) {
+	a, err := c.resolve(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return c.OpenIno(ctx, a.GetIno())
+}
+
+// ReadDir lists directory p.
+func (c *Client) ReadDir(ctx context.Context, p string) ([]*mdspb.DirEntry, error) {
+	a, err := c.resolve(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if !IsDir(a) {
+		return nil, fmt.Errorf("%s: %w", p, errs.ErrNotDir)
+	}
+	return c.ReadDirIno(ctx, a.GetIno())
+}
+
+// Remove removes the file, symlink or empty directory p.
+func (c *Client) Remove(ctx context.Context, p string) error {
+	parent, name, err := c.resolveParent(ctx, p)
+	if err != nil {
+		return err
+	}
+	a, err := c.Lookup(ctx, parent, name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if IsDir(a) {
+		return c.RmdirIn(ctx, parent, name)
+	}
+	return c.UnlinkIn(ctx, parent, name)
+}
+
+// Rename renames oldPath to newPath, replacing newPath as POSIX rename does.
+func (c *Client) Rename(ctx context.Context, oldPath, newPath string) error {
+	op, on, err := c.resolveParent(ctx, oldPath)
+	if err != nil {
+		return err
+	}
+	np, nn, err := c.resolveParent(ctx, newPath)
+	if err != nil {
+		return err
+	}
+	return c.RenameIn(ctx, op, on, np, nn, 0)
+}
+
+// Truncate sets the size of the closed file p.
+func (c *Client) Truncate(ctx context.Context, p string, size int64) error {
+	a, err := c.resolve(ctx, p)
+	if err != nil {
+		return err
+	}
+	if size < 0 || size > MaxFileSize {
+		return fmt.Errorf("truncate %s to %d: %w", p, size, errs.ErrInvalid)
+	}
+	_, err = c.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: a.GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_SIZE), Size: uint64(size)})
+	return err
+}
+
+// Symlink creates symlink p pointing at target.
+func (c *Client) Symlink(ctx context.Context, target, p string) error {
+	parent, name, err := c.resolveParent(ctx, p)
+	if err != nil {
+		return err
+	}
+	_, err = c.SymlinkIn(ctx, parent, name, target, 0, 0)
+	return err
+}
+
+// Link makes newPath a hard link to oldPath.
+func (c *Client) Link(ctx context.Context, oldPath, newPath string) error {
+	a, err := c.resolve(ctx, oldPath)
+	if err != nil {
+		return err
+	}
+	parent, name, err := c.resolveParent(ctx, newPath)
+	if err != nil {
+		return err
+	}
+	_, err = c.LinkIn(ctx, a.GetIno(), parent, name)
+	return err
+}

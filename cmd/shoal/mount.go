@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/fuse"
+)
+
+func newMountCmd(g *globals) *cobra.Command {
+	var mdsAddr, metrics string
+	var debug bool
+	cmd := &cobra.Command{
+		Use:   "mount MOUNTPOINT",
+		Short: "Mount a Shoal file system with FUSE",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireMDS(mdsAddr); err != nil {
+				return err
+			}
+			log := g.logger().With("proc", "mount")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			reg := prometheus.NewRegistry()
+			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := fuse.Mount(ctx, args[0], fuse.Options{Client: c, Logger: log, Debug: debug})
+			if err != nil {
+				return err
+			}
+			serveMetrics(ctx, log, metrics, reg)
+			fmt.Printf("shoal mounted at %s (MDS %s); Ctrl-C unmounts\n", args[0], mdsAddr)
+			return waitUnmount(log, m)
+		},
+	}
+	mdsFlag(cmd, &mdsAddr)
+	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics on (empty: off)")
+	return cmd
+}
+
+// waitUnmount waits for SIGINT/SIGTERM, or for the mount to go away (an
+// external umount), and unmounts. A busy mount point is reported and the
+// next signal tries again.
+func waitUnmount(log *slog.Logger, m *fuse.Mount) error {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	gone := make(chan struct{})
+	go func() { m.Wait(); close(gone) }()
+	for {
+		select {
+		case <-gone:
+			return nil
+		case <-sig:
+		}
+		err := m.Unmount()
+		if err == nil {
+			<-gone
+			return nil
+		}
+		if errors.Is(err, syscall.EBUSY) {
+			fmt.Fprintf(os.Stderr, "shoal: %v; close the files and shells using it, then press Ctrl-C again\n", err)
+			continue
+		}
+		log.Error("unmount", "err", err)
+		return err
+	}
+}

@@ -1,0 +1,171 @@
+// Package wire carries Shoal's sentinel errors over gRPC and holds the gRPC
+// options shared by servers and clients. Errors travel as a status code plus
+// an errdetails.ErrorInfo whose Reason names the sentinel; they are
+// translated in exactly two places: ToStatus (server side, installed as an
+// interceptor) and FromStatus (client side, installed as an interceptor).
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/shoalfs/shoal/internal/errs"
+)
+
+// Domain is the ErrorInfo domain of Shoal's typed reasons.
+const Domain = "shoal"
+
+// MaxMsgSize bounds one gRPC message: the largest chunk plus headroom.
+const MaxMsgSize = 80 << 20
+
+type entry struct {
+	err    error
+	code   codes.Code
+	reason string
+}
+
+var table = []entry{
+	{errs.ErrNotFound, codes.NotFound, "NOT_FOUND"},
+	{errs.ErrExists, codes.AlreadyExists, "EXISTS"},
+	{errs.ErrNotEmpty, codes.FailedPrecondition, "NOT_EMPTY"},
+	{errs.ErrNotDir, codes.FailedPrecondition, "NOT_DIR"},
+	{errs.ErrIsDir, codes.FailedPrecondition, "IS_DIR"},
+	{errs.ErrInvalid, codes.InvalidArgument, "INVALID"},
+	{errs.ErrNameTooLong, codes.InvalidArgument, "NAME_TOO_LONG"},
+	{errs.ErrNoSpace, codes.ResourceExhausted, "NO_SPACE"},
+	{errs.ErrCorrupt, codes.DataLoss, "CORRUPT"},
+	{errs.ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
+	{errs.ErrStale, codes.Aborted, "STALE"},
+	{errs.ErrPermission, codes.PermissionDenied, "PERMISSION"},
+	{errs.ErrNotPermitted, codes.PermissionDenied, "NOT_PERMITTED"},
+	{errs.ErrNotSupported, codes.Unimplemented, "NOT_SUPPORTED"},
+	{errs.ErrTooLarge, codes.OutOfRange, "TOO_LARGE"},
+	{errs.ErrLoop, codes.FailedPrecondition, "LOOP"},
+}
+
+// ToStatus turns an error into a gRPC status error carrying its sentinel's
+// reason. Errors that already are statuses pass through; context errors
+// become Canceled/DeadlineExceeded; anything else is Internal.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !isSentinelWrapped(err) {
+		return err
+	}
+	for _, e := range table {
+		if errors.Is(err, e.err) {
+			st := status.New(e.code, err.Error())
+			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: Domain, Reason: e.reason}); derr == nil {
+				st = d
+			}
+			return st.Err()
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func isSentinelWrapped(err error) bool {
+	for _, e := range table {
+		if errors.Is(err, e.err) {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteError is a sentinel received from a peer, with the peer's message.
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// FromStatus turns a gRPC status error back into an error that errors.Is
+// matches against its sentinel. A status without a Shoal reason is returned
+// as is; Unavailable without a reason (the peer is unreachable) also matches
+// errs.ErrUnavailable.
+func FromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != Domain {
+			continue
+		}
+		for _, e := range table {
+			if e.reason == info.GetReason() {
+				return &remoteError{sentinel: e.err, msg: st.Message()}
+			}
+		}
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return &remoteError{sentinel: errs.ErrUnavailable, msg: fmt.Sprintf("unavailable: %s", st.Message())}
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", st.Message(), context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w", st.Message(), context.DeadlineExceeded)
+	}
+	return err
+}
+
+// UnaryServerInterceptor translates handler errors with ToStatus.
+func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	return resp, ToStatus(err)
+}
+
+// UnaryClientInterceptor translates call errors with FromStatus.
+func UnaryClientInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return FromStatus(invoker(ctx, method, req, reply, cc, opts...))
+}
+
+// ServerOptions are the options every Shoal gRPC server uses.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMsgSize),
+		grpc.MaxSendMsgSize(MaxMsgSize),
+		grpc.ChainUnaryInterceptor(UnaryServerInterceptor),
+		grpc.InitialWindowSize(8 << 20),
+		grpc.InitialConnWindowSize(32 << 20),
+		grpc.ReadBufferSize(1 << 20),
+		grpc.WriteBufferSize(1 << 20),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+	}
+}
+
+// Dial opens a client connection with Shoal's options. Transport security
+// (mutual TLS) is a later issue; today every connection is plaintext.
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMsgSize), grpc.MaxCallSendMsgSize(MaxMsgSize)),
+		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor),
+		grpc.WithInitialWindowSize(8<<20),
+		grpc.WithInitialConnWindowSize(32<<20),
+		grpc.WithReadBufferSize(1<<20),
+		grpc.WithWriteBufferSize(1<<20),
+	)
+}

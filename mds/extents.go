@@ -1,0 +1,341 @@
+package mds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// maxFileSize bounds file offsets so that off+len never overflows.
+const maxFileSize = math.MaxInt64
+
+// readRef decodes one extent-map value.
+func readRef(k, v []byte) (*mdspb.ExtentRef, error) {
+	_, off, err := decodeMapKey(k)
+	if err != nil {
+		return nil, err
+	}
+	r := &mdspb.ExtentRef{}
+	if err := proto.Unmarshal(v, r); err != nil {
+		return nil, fmt.Errorf("mds: decode extent map entry %x: %v: %w", k, err, errs.ErrCorrupt)
+	}
+	if r.Extent == nil || r.FileOff != off {
+		return nil, fmt.Errorf("mds: inconsistent extent map entry %x: %w", k, errs.ErrCorrupt)
+	}
+	return r, nil
+}
+
+// putRef writes one extent-map entry and counts a reference to its extent.
+func (t *txn) putRef(ino uint64, r *mdspb.ExtentRef) error {
+	v, err := proto.Marshal(r)
+	if err != nil {
+		return err
+	}
+	t.addRef(r.Extent, +1)
+	return t.b.Set(mapKey(ino, r.FileOff), v, nil)
+}
+
+// punch removes the file range [a, b) from ino's extent map: entries inside
+// it go, entries crossing an end are trimmed (an entry spanning the whole
+// range splits in two). b == math.MaxUint64 means "to the end". Refcounts
+// follow; extents left unreferenced are queued for GC at flush.
+func (t *txn) punch(ino, a, b uint64) error {
+	if a >= b {
+		return nil
+	}
+	upper := prefixEnd(mapPrefix(ino))
+	if b != math.MaxUint64 {
+		upper = mapKey(ino, b)
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: mapPrefix(ino), UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	var hits []*mdspb.ExtentRef
+	collect := func() error {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		r, err := readRef(it.Key(), v)
+		if err != nil {
+			return err
+		}
+		if r.FileOff+r.Length > a {
+			hits = append(hits, r)
+		}
+		return nil
+	}
+	// At most one entry starts before a and may reach into the range.
+	if it.SeekLT(mapKey(ino, a)) {
+		err = collect()
+	}
+	for ok := it.SeekGE(mapKey(ino, a)); ok && err == nil; ok = it.Next() {
+		err = collect()
+	}
+	if err == nil {
+		err = it.Error()
+	}
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range hits {
+		s, e := r.FileOff, r.FileOff+r.Length
+		if err := t.b.Delete(mapKey(ino, s), nil); err != nil {
+			return err
+		}
+		t.addRef(r.Extent, -1)
+		if s < a {
+			left := &mdspb.ExtentRef{FileOff: s, Length: a - s, ExtentOff: r.ExtentOff, Extent: r.Extent}
+			if err := t.putRef(ino, left); err != nil {
+				return err
+			}
+		}
+		if e > b {
+			right := &mdspb.ExtentRef{FileOff: b, Length: e - b, ExtentOff: r.ExtentOff + (b - s), Extent: r.Extent}
+			if err := t.putRef(ino, right); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// truncateMap drops every byte at or beyond size from ino's extent map.
+func (t *txn) truncateMap(ino, size uint64) error { return t.punch(ino, size, math.MaxUint64) }
+
+// GetExtents returns a file's attributes and its whole extent map.
+func (s *Server) GetExtents(ctx context.Context, req *mdspb.GetExtentsRequest) (_ *mdspb.GetExtentsReply, err error) {
+	done, err := s.start("getextents")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	out := &mdspb.GetExtentsReply{}
+	err = s.snapshot(func(r reader) error {
+		n, err := readInode(r, req.GetIno())
+		if err != nil {
+			return err
+		}
+		if isDir(n.Attr.Mode) {
+			return fmt.Errorf("extents of inode %d: %w", n.Attr.Ino, errs.ErrIsDir)
+		}
+		out.Attr = n.Attr
+		return scan(r, mapPrefix(n.Attr.Ino), func(k, v []byte) (bool, error) {
+			ref, err := readRef(k, v)
+			if err != nil {
+				return false, err
+			}
+			out.Extents = append(out.Extents, ref)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// regularFile returns inode ino, which must be a regular file.
+func (t *txn) regularFile(ino uint64) (*mdspb.Inode, error) {
+	n, err := t.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case isDir(n.Attr.Mode):
+		return nil, fmt.Errorf("inode %d: %w", ino, errs.ErrIsDir)
+	case !isReg(n.Attr.Mode):
+		return nil, fmt.Errorf("inode %d (mode %o) is not a regular file: %w", ino, n.Attr.Mode, errs.ErrInvalid)
+	}
+	return n, nil
+}
+
+// AllocExtents hands out count new extents for file ino, each with the
+// file's layout and a placement on k+m distinct live OSTs not in
+// exclude_osts. Each is recorded as pending until committed; one never
+// committed is collected after GCGrace.
+func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsRequest) (_ *mdspb.AllocExtentsReply, err error) {
+	done, err := s.start("allocextents")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	count := req.GetCount()
+	if count == 0 || count > maxAllocCount {
+		return nil, fmt.Errorf("alloc of %d extents (1..%d): %w", count, maxAllocCount, errs.ErrInvalid)
+	}
+	out := &mdspb.AllocExtentsReply{}
+	err = s.update(func(t *txn) error {
+		n, err := t.regularFile(req.GetIno())
+		if err != nil {
+			return err
+		}
+		layout := n.Attr.Layout
+		if layout == nil {
+			layout = s.o.DefaultLayout
+		}
+		cands := s.candidates(req.GetExcludeOsts())
+		for range count {
+			osts, err := place(cands, layout, s.mu.rot)
+			if err != nil {
+				return err
+			}
+			s.mu.rot++
+			id, err := t.nextID(counterNextExtent)
+			if err != nil {
+				return err
+			}
+			e := &mdspb.Extent{Id: id, Layout: proto.Clone(layout).(*mdspb.Layout), Osts: osts}
+			v, err := proto.Marshal(e)
+			if err != nil {
+				return err
+			}
+			if err := t.b.Set(pendingKey(id), encodePrefixed(uint64(t.now), v), nil); err != nil {
+				return err
+			}
+			out.Extents = append(out.Extents, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.m.extentsAllocated.Add(float64(len(out.Extents)))
+	return out, nil
+}
+
+// sameExtent reports whether a and b agree on layout, placement and (if
+// withLength) length.
+func sameExtent(a, b *mdspb.Extent, withLength bool) bool {
+	return proto.Equal(a.GetLayout(), b.GetLayout()) && slices.Equal(a.GetOsts(), b.GetOsts()) &&
+		(!withLength || a.GetLength() == b.GetLength())
+}
+
+// validRef checks the shape of one committed extent-map entry.
+func validRef(r *mdspb.ExtentRef) error {
+	e := r.GetExtent()
+	switch {
+	case r == nil || e == nil:
+		return fmt.Errorf("extent ref without extent: %w", errs.ErrInvalid)
+	case e.Id == 0:
+		return fmt.Errorf("extent id 0: %w", errs.ErrInvalid)
+	case r.Length == 0:
+		return fmt.Errorf("extent %d: empty ref: %w", e.Id, errs.ErrInvalid)
+	case r.FileOff > maxFileSize || r.Length > maxFileSize-r.FileOff:
+		return fmt.Errorf("extent %d: file range %d+%d too large: %w", e.Id, r.FileOff, r.Length, errs.ErrInvalid)
+	case r.ExtentOff > e.Length || r.Length > e.Length-r.ExtentOff:
+		return fmt.Errorf("extent %d: range %d+%d beyond extent length %d: %w", e.Id, r.ExtentOff, r.Length, e.Length, errs.ErrInvalid)
+	case validLayout(e.Layout) != nil:
+		return fmt.Errorf("extent %d: %w", e.Id, validLayout(e.Layout))
+	case int(e.Layout.K+e.Layout.M) != len(e.Osts):
+		return fmt.Errorf("extent %d: layout %d+%d with %d OSTs: %w", e.Id, e.Layout.K, e.Layout.M, len(e.Osts), errs.ErrInvalid)
+	}
+	return nil
+}
+
+// CommitExtents adds written extents to a file's map, in order (later
+// wins), and extends its size. Each extent must be a pending allocation or
+// an extent already referenced somewhere; an allocation that expired (or
+// never existed) is ErrStale: the client allocates and writes again.
+func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("commitextents")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	for _, r := range req.GetExtents() {
+		if err := validRef(r); err != nil {
+			return nil, err
+		}
+	}
+	var out *mdspb.AttrReply
+	err = s.update(func(t *txn) error {
+		n, err := t.regularFile(req.GetIno())
+		if err != nil {
+			return err
+		}
+		if len(req.GetExtents()) == 0 {
+			out = attrReply(n)
+			return nil
+		}
+		end := n.Attr.Size
+		for _, r := range req.GetExtents() {
+			e, err := t.claimExtent(r.Extent)
+			if err != nil {
+				return err
+			}
+			if err := t.punch(n.Attr.Ino, r.FileOff, r.FileOff+r.Length); err != nil {
+				return err
+			}
+			ref := &mdspb.ExtentRef{FileOff: r.FileOff, Length: r.Length, ExtentOff: r.ExtentOff, Extent: e}
+			if err := t.putRef(n.Attr.Ino, ref); err != nil {
+				return err
+			}
+			end = max(end, r.FileOff+r.Length)
+		}
+		n.Attr.Size = end
+		n.Attr.MtimeNs = req.GetMtimeNs()
+		if n.Attr.MtimeNs == 0 {
+			n.Attr.MtimeNs = t.now
+		}
+		n.Attr.CtimeNs = t.now
+		t.touch(n)
+		out = attrReply(n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.m.extentsCommitted.Add(float64(len(req.GetExtents())))
+	return out, nil
+}
+
+// claimExtent checks that e (as sent by a client) is a pending allocation,
+// which it then consumes, or an extent already referenced, and returns the
+// definition to store.
+func (t *txn) claimExtent(e *mdspb.Extent) (*mdspb.Extent, error) {
+	v, err := getValue(t.b, pendingKey(e.Id))
+	switch {
+	case err == nil:
+		_, body, err := decodePrefixed(v)
+		if err != nil {
+			return nil, err
+		}
+		pend := &mdspb.Extent{}
+		if err := proto.Unmarshal(body, pend); err != nil {
+			return nil, fmt.Errorf("mds: decode pending extent %d: %v: %w", e.Id, err, errs.ErrCorrupt)
+		}
+		if !sameExtent(pend, e, false) {
+			return nil, fmt.Errorf("extent %d: layout or placement differs from its allocation: %w", e.Id, errs.ErrInvalid)
+		}
+		if err := t.b.Delete(pendingKey(e.Id), nil); err != nil {
+			return nil, err
+		}
+		return proto.Clone(e).(*mdspb.Extent), nil
+	case !errors.Is(err, errs.ErrNotFound):
+		return nil, err
+	}
+	_, stored, ok, err := t.refCount(e.Id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("extent %d was not allocated or its allocation expired: %w", e.Id, errs.ErrStale)
+	}
+	if !sameExtent(stored, e, true) {
+		return nil, fmt.Errorf("extent %d: differs from the committed extent: %w", e.Id, errs.ErrInvalid)
+	}
+	return stored, nil
+}

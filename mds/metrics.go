@@ -1,0 +1,99 @@
+package mds
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the MDS's Prometheus collectors. With a nil registry they
+// still count (cheaply) but are exported nowhere.
+type metrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+
+	ops              *prometheus.CounterVec   // by op
+	opErrors         *prometheus.CounterVec   // by op
+	opSeconds        *prometheus.HistogramVec // by op
+	extentsAllocated prometheus.Counter
+	extentsCommitted prometheus.Counter
+	gcChunksDeleted  prometheus.Counter
+	gcExtentsDone    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_mds_ops_total", Help: "MDS RPCs handled, by op.",
+		}, []string{"op"}),
+		opErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_mds_op_errors_total", Help: "MDS RPCs that returned an error, by op.",
+		}, []string{"op"}),
+		opSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "shoal_mds_op_duration_seconds", Help: "MDS RPC latency, by op.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}, []string{"op"}),
+		extentsAllocated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_extents_allocated_total", Help: "Extents handed out by AllocExtents.",
+		}),
+		extentsCommitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_extents_committed_total", Help: "Extent-map entries committed by CommitExtents.",
+		}),
+		gcChunksDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_gc_chunks_deleted_total", Help: "Chunks whose deletion an OST confirmed.",
+		}),
+		gcExtentsDone: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_gc_extents_collected_total", Help: "Extents removed from the GC queue after all their chunks were deleted.",
+		}),
+	}
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shoal_mds_osts_up", Help: "OSTs that heartbeated within the timeout.",
+	}, func() float64 {
+		n := 0
+		for _, o := range s.listOsts() {
+			if o.Up {
+				n++
+			}
+		}
+		return float64(n)
+	})
+	total := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shoal_mds_osts", Help: "Registered OSTs.",
+	}, func() float64 { return float64(len(s.listOsts())) })
+	m.collectors = []prometheus.Collector{m.ops, m.opErrors, m.opSeconds, m.extentsAllocated,
+		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total}
+	if reg == nil {
+		return m, nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, r := range m.collectors[:i] {
+				reg.Unregister(r)
+			}
+			return nil, errors.Join(errors.New("mds: register metrics"), err)
+		}
+	}
+	return m, nil
+}
+
+// observe records one RPC.
+func (m *metrics) observe(op string, start time.Time, err error) {
+	m.ops.WithLabelValues(op).Inc()
+	if err != nil {
+		m.opErrors.WithLabelValues(op).Inc()
+	}
+	m.opSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+// unregister removes the collectors, so the registry may be reused by a
+// Server opened later.
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}

@@ -1,0 +1,835 @@
+package mds
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// Linux file type bits of Attr.mode.
+const (
+	sIFMT    = 0o170000
+	sIFSOCK  = 0o140000
+	sIFLNK   = 0o120000
+	sIFREG   = 0o100000
+	sIFDIR   = 0o040000
+	sIFIFO   = 0o010000
+	permMask = 0o7777
+)
+
+func isDir(mode uint32) bool { return mode&sIFMT == sIFDIR }
+func isReg(mode uint32) bool { return mode&sIFMT == sIFREG }
+
+// validName checks one path component.
+func validName(name []byte) error {
+	switch {
+	case len(name) == 0:
+		return fmt.Errorf("empty name: %w", errs.ErrInvalid)
+	case len(name) > maxNameLen:
+		return fmt.Errorf("name of %d bytes (max %d): %w", len(name), maxNameLen, errs.ErrNameTooLong)
+	case bytes.Equal(name, []byte(".")) || bytes.Equal(name, []byte("..")):
+		return fmt.Errorf("name %q: %w", name, errs.ErrInvalid)
+	case bytes.IndexByte(name, '/') >= 0 || bytes.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("name %q contains '/' or NUL: %w", name, errs.ErrInvalid)
+	}
+	return nil
+}
+
+// validLayout checks a layout's shape.
+func validLayout(l *mdspb.Layout) error {
+	switch {
+	case l == nil:
+		return fmt.Errorf("nil layout: %w", errs.ErrInvalid)
+	case l.K < 1:
+		return fmt.Errorf("layout k=%d: %w", l.K, errs.ErrInvalid)
+	case l.K+l.M > maxStripeWidth || l.M > maxStripeWidth:
+		return fmt.Errorf("layout k+m=%d+%d exceeds %d: %w", l.K, l.M, maxStripeWidth, errs.ErrInvalid)
+	case l.Unit == 0 || l.Unit > maxUnit:
+		return fmt.Errorf("layout unit %d: %w", l.Unit, errs.ErrInvalid)
+	}
+	return nil
+}
+
+func attrReply(n *mdspb.Inode) *mdspb.AttrReply {
+	return &mdspb.AttrReply{Attr: proto.Clone(n.Attr).(*mdspb.Attr)}
+}
+
+// readInode reads inode ino outside a mutation.
+func readInode(r reader, ino uint64) (*mdspb.Inode, error) {
+	if ino == 0 {
+		return nil, fmt.Errorf("inode 0: %w", errs.ErrInvalid)
+	}
+	n := &mdspb.Inode{}
+	if err := getProto(r, inodeKey(ino), n); err != nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, err)
+	}
+	if n.Attr == nil {
+		return nil, fmt.Errorf("inode %d has no attributes: %w", ino, errs.ErrCorrupt)
+	}
+	return n, nil
+}
+
+// Lookup returns the attributes of name in directory parent.
+func (s *Server) Lookup(ctx context.Context, req *mdspb.LookupRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("lookup")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetName()); err != nil {
+		return nil, err
+	}
+	var out *mdspb.AttrReply
+	err = s.snapshot(func(r reader) error {
+		p, err := readInode(r, req.GetParent())
+		if err != nil {
+			return err
+		}
+		if !isDir(p.Attr.Mode) {
+			return fmt.Errorf("lookup in inode %d: %w", p.Attr.Ino, errs.ErrNotDir)
+		}
+		v, err := getValue(r, dentryKey(req.GetParent(), req.GetName()))
+		if err != nil {
+			return fmt.Errorf("lookup %q in %d: %w", req.GetName(), req.GetParent(), err)
+		}
+		ino, _, err := decodeDentry(v)
+		if err != nil {
+			return err
+		}
+		n, err := readInode(r, ino)
+		if err != nil {
+			return err
+		}
+		out = attrReply(n)
+		return nil
+	})
+	return out, err
+}
+
+// GetAttr returns an inode's attributes.
+func (s *Server) GetAttr(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("getattr")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	n, err := readInode(s.db, req.GetIno())
+	if err != nil {
+		return nil, err
+	}
+	return attrReply(n), nil
+}
+
+const setAttrAll = uint32(mdspb.SetAttrBits_SETATTR_MODE | mdspb.SetAttrBits_SETATTR_UID |
+	mdspb.SetAttrBits_SETATTR_GID | mdspb.SetAttrBits_SETATTR_SIZE | mdspb.SetAttrBits_SETATTR_ATIME |
+	mdspb.SetAttrBits_SETATTR_MTIME | mdspb.SetAttrBits_SETATTR_ATIME_NOW | mdspb.SetAttrBits_SETATTR_MTIME_NOW)
+
+// SetAttr changes the attributes named by req.valid. A size change of a
+// regular file truncates its extent map; growing only sets the size.
+func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("setattr")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	valid := req.GetValid()
+	if valid&^setAttrAll != 0 {
+		return nil, fmt.Errorf("setattr: unknown valid bits %#x: %w", valid&^setAttrAll, errs.ErrInvalid)
+	}
+	has := func(b mdspb.SetAttrBits) bool { return valid&uint32(b) != 0 }
+	var out *mdspb.AttrReply
+	err = s.update(func(t *txn) error {
+		n, err := t.inode(req.GetIno())
+		if err != nil {
+			return err
+		}
+		a := n.Attr
+		if valid == 0 {
+			out = attrReply(n)
+			return nil
+		}
+		if has(mdspb.SetAttrBits_SETATTR_SIZE) {
+			switch {
+			case isDir(a.Mode):
+				return fmt.Errorf("truncate inode %d: %w", a.Ino, errs.ErrIsDir)
+			case !isReg(a.Mode):
+				return fmt.Errorf("truncate inode %d (mode %o): %w", a.Ino, a.Mode, errs.ErrInvalid)
+			}
+			if req.GetSize() < a.Size {
+				if err := t.truncateMap(a.Ino, req.GetSize()); err != nil {
+					return err
+				}
+			}
+			if req.GetSize() != a.Size && !has(mdspb.SetAttrBits_SETATTR_MTIME) {
+				a.MtimeNs = t.now
+			}
+			a.Size = req.GetSize()
+		}
+		if has(mdspb.SetAttrBits_SETATTR_MODE) {
+			a.Mode = a.Mode&sIFMT | req.GetMode()&permMask
+		}
+		if has(mdspb.SetAttrBits_SETATTR_UID) {
+			a.Uid = req.GetUid()
+		}
+		if has(mdspb.SetAttrBits_SETATTR_GID) {
+			a.Gid = req.GetGid()
+		}
+		switch {
+		case has(mdspb.SetAttrBits_SETATTR_ATIME_NOW):
+			a.AtimeNs = t.now
+		case has(mdspb.SetAttrBits_SETATTR_ATIME):
+			a.AtimeNs = req.GetAtimeNs()
+		}
+		switch {
+		case has(mdspb.SetAttrBits_SETATTR_MTIME_NOW):
+			a.MtimeNs = t.now
+		case has(mdspb.SetAttrBits_SETATTR_MTIME):
+			a.MtimeNs = req.GetMtimeNs()
+		}
+		a.CtimeNs = t.now
+		t.touch(n)
+		out = attrReply(n)
+		return nil
+	})
+	return out, err
+}
+
+// newInode allocates an inode number and builds an inode with the given
+// fields set and every time at now.
+func (t *txn) newInode(mode, uid, gid, nlink uint32, layout *mdspb.Layout) (*mdspb.Inode, error) {
+	ino, err := t.nextID(counterNextIno)
+	if err != nil {
+		return nil, err
+	}
+	n := &mdspb.Inode{Attr: &mdspb.Attr{
+		Ino: ino, Mode: mode, Uid: uid, Gid: gid, Nlink: nlink,
+		AtimeNs: t.now, MtimeNs: t.now, CtimeNs: t.now,
+		Layout: proto.Clone(layout).(*mdspb.Layout),
+	}}
+	t.create(n)
+	return n, nil
+}
+
+// dirChanged updates a directory's mtime and ctime after an entry change.
+func (t *txn) dirChanged(d *mdspb.Inode) {
+	d.Attr.MtimeNs, d.Attr.CtimeNs = t.now, t.now
+	t.touch(d)
+}
+
+// Create makes a regular file (or, as an extension, a FIFO or socket: any
+// type needing no device number). The layout comes from the request or the
+// parent directory.
+func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("create")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetName()); err != nil {
+		return nil, err
+	}
+	mode := req.GetMode()
+	switch mode & sIFMT {
+	case 0:
+		mode |= sIFREG
+	case sIFREG, sIFIFO, sIFSOCK:
+	default:
+		return nil, fmt.Errorf("create with mode %o: %w", mode, errs.ErrInvalid)
+	}
+	mode = mode&sIFMT | mode&permMask
+	if req.GetLayout() != nil {
+		if err := validLayout(req.GetLayout()); err != nil {
+			return nil, err
+		}
+	}
+	var out *mdspb.AttrReply
+	err = s.update(func(t *txn) error {
+		p, err := t.dir(req.GetParent())
+		if err != nil {
+			return err
+		}
+		ino, cmode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
+		if err != nil {
+			return err
+		}
+		if ok {
+			switch {
+			case req.GetExclusive():
+				return fmt.Errorf("create %q: %w", req.GetName(), errs.ErrExists)
+			case isDir(cmode):
+				return fmt.Errorf("create %q: %w", req.GetName(), errs.ErrIsDir)
+			case !isReg(cmode) || !isReg(mode):
+				return fmt.Errorf("create %q: %w", req.GetName(), errs.ErrExists)
+			}
+			n, err := t.inode(ino)
+			if err != nil {
+				return err
+			}
+			out = attrReply(n)
+			return nil
+		}
+		layout := req.GetLayout()
+		if layout == nil {
+			layout = p.Attr.Layout
+		}
+		if layout == nil {
+			layout = s.o.DefaultLayout
+		}
+		n, err := t.newInode(mode, req.GetUid(), req.GetGid(), 1, layout)
+		if err != nil {
+			return err
+		}
+		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode); err != nil {
+			return err
+		}
+		t.dirChanged(p)
+		out = attrReply(n)
+		return nil
+	})
+	return out, err
+}
+
+// Mkdir makes a directory; it inherits the parent's layout unless the
+// request names one.
+func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("mkdir")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetName()); err != nil {
+		return nil, err
+	}
+	mode := req.GetMode()
+	if t := mode & sIFMT; t != 0 && t != sIFDIR {
+		return nil, fmt.Errorf("mkdir with mode %o: %w", mode, errs.ErrInvalid)
+	}
+	mode = sIFDIR | mode&permMask
+	if req.GetLayout() != nil {
+		if err := validLayout(req.GetLayout()); err != nil {
+			return nil, err
+		}
+	}
+	var out *mdspb.AttrReply
+	err = s.update(func(t *txn) error {
+		p, err := t.dir(req.GetParent())
+		if err != nil {
+			return err
+		}
+		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetName()); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("mkdir %q: %w", req.GetName(), errs.ErrExists)
+		}
+		layout := req.GetLayout()
+		if layout == nil {
+			layout = p.Attr.Layout
+		}
+		if layout == nil {
+			layout = s.o.DefaultLayout
+		}
+		n, err := t.newInode(mode, req.GetUid(), req.GetGid(), 2, layout)
+		if err != nil {
+			return err
+		}
+		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode); err != nil {
+			return err
+		}
+		if err := t.b.Set(parentKey(n.Attr.Ino), encodeU64(p.Attr.Ino), nil); err != nil {
+			return err
+		}
+		p.Attr.Nlink++
+		t.dirChanged(p)
+		out = attrReply(n)
+		return nil
+	})
+	return out, err
+}
+
+// Symlink makes a symbolic link to target.
+func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("symlink")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetName()); err != nil {
+		return nil, err
+	}
+	target := req.GetTarget()
+	switch {
+	case len(target) == 0 || bytes.IndexByte(target, 0) >= 0:
+		return nil, fmt.Errorf("symlink target empty or with NUL: %w", errs.ErrInvalid)
+	case len(target) > maxSymlinkLen:
+		return nil, fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), maxSymlinkLen, errs.ErrNameTooLong)
+	}
+	var out *mdspb.AttrReply
+	err = s.update(func(t *txn) error {
+		p, err := t.dir(req.GetParent())
+		if err != nil {
+			return err
+		}
+		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetName()); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("symlink %q: %w", req.GetName(), errs.ErrExists)
+		}
+		n, err := t.newInode(sIFLNK|0o777, req.GetUid(), req.GetGid(), 1, p.Attr.Layout)
+		if err != nil {
+			return err
+		}
+		n.Attr.Size = uint64(len(target))
+		n.Symlink = append([]byte(nil), target...)
+		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, n.Attr.Mode); err != nil {
+			return err
+		}
+		t.dirChanged(p)
+		out = attrReply(n)
+		return nil
+	})
+	return out, err
+}
+
+// Readlink returns a symlink's target.
+func (s *Server) Readlink(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mdspb.ReadlinkReply, err error) {
+	done, err := s.start("readlink")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	n, err := readInode(s.db, req.GetIno())
+	if err != nil {
+		return nil, err
+	}
+	if n.Attr.Mode&sIFMT != sIFLNK {
+		return nil, fmt.Errorf("readlink of inode %d: not a symlink: %w", n.Attr.Ino, errs.ErrInvalid)
+	}
+	return &mdspb.ReadlinkReply{Target: n.Symlink}, nil
+}
+
+// Link adds a hard link to a non-directory.
+func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.AttrReply, err error) {
+	done, err := s.start("link")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetNewName()); err != nil {
+		return nil, err
+	}
+	var out *mdspb.AttrReply
+	err = s.update(func(t *txn) error {
+		n, err := t.inode(req.GetIno())
+		if err != nil {
+			return err
+		}
+		if isDir(n.Attr.Mode) {
+			return fmt.Errorf("link to directory %d: %w", n.Attr.Ino, errs.ErrNotPermitted)
+		}
+		p, err := t.dir(req.GetNewParent())
+		if err != nil {
+			return err
+		}
+		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetNewName()); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("link %q: %w", req.GetNewName(), errs.ErrExists)
+		}
+		if err := t.setDentry(p.Attr.Ino, req.GetNewName(), n.Attr.Ino, n.Attr.Mode); err != nil {
+			return err
+		}
+		n.Attr.Nlink++
+		n.Attr.CtimeNs = t.now
+		t.touch(n)
+		t.dirChanged(p)
+		out = attrReply(n)
+		return nil
+	})
+	return out, err
+}
+
+// dropLink removes one link of non-directory n; at zero links the inode and
+// its extent map go, and extents left unreferenced are queued for GC.
+func (t *txn) dropLink(n *mdspb.Inode) error {
+	if n.Attr.Nlink > 0 {
+		n.Attr.Nlink--
+	}
+	n.Attr.CtimeNs = t.now
+	t.touch(n)
+	if n.Attr.Nlink > 0 {
+		return nil
+	}
+	if err := t.truncateMap(n.Attr.Ino, 0); err != nil {
+		return err
+	}
+	t.remove(n.Attr.Ino)
+	return nil
+}
+
+// removeDir deletes empty directory d, entered in parent p.
+func (t *txn) removeDir(p, d *mdspb.Inode) error {
+	empty, err := t.dirEmpty(d.Attr.Ino)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("directory %d: %w", d.Attr.Ino, errs.ErrNotEmpty)
+	}
+	d.Attr.Nlink = 0
+	t.remove(d.Attr.Ino)
+	if p.Attr.Nlink > 2 {
+		p.Attr.Nlink--
+	}
+	t.touch(p)
+	return nil
+}
+
+// Unlink removes a non-directory entry.
+func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.UnlinkReply, err error) {
+	done, err := s.start("unlink")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetName()); err != nil {
+		return nil, err
+	}
+	var out *mdspb.UnlinkReply
+	err = s.update(func(t *txn) error {
+		p, err := t.dir(req.GetParent())
+		if err != nil {
+			return err
+		}
+		ino, mode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("unlink %q: %w", req.GetName(), errs.ErrNotFound)
+		}
+		if isDir(mode) {
+			return fmt.Errorf("unlink %q: %w", req.GetName(), errs.ErrIsDir)
+		}
+		n, err := t.inode(ino)
+		if err != nil {
+			return err
+		}
+		if err := t.delDentry(p.Attr.Ino, req.GetName()); err != nil {
+			return err
+		}
+		if err := t.dropLink(n); err != nil {
+			return err
+		}
+		t.dirChanged(p)
+		out = &mdspb.UnlinkReply{Attr: proto.Clone(n.Attr).(*mdspb.Attr)}
+		return nil
+	})
+	return out, err
+}
+
+// Rmdir removes an empty directory.
+func (s *Server) Rmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.Empty, err error) {
+	done, err := s.start("rmdir")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetName()); err != nil {
+		return nil, err
+	}
+	err = s.update(func(t *txn) error {
+		p, err := t.dir(req.GetParent())
+		if err != nil {
+			return err
+		}
+		ino, mode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("rmdir %q: %w", req.GetName(), errs.ErrNotFound)
+		}
+		if !isDir(mode) {
+			return fmt.Errorf("rmdir %q: %w", req.GetName(), errs.ErrNotDir)
+		}
+		d, err := t.inode(ino)
+		if err != nil {
+			return err
+		}
+		if err := t.removeDir(p, d); err != nil {
+			return err
+		}
+		if err := t.delDentry(p.Attr.Ino, req.GetName()); err != nil {
+			return err
+		}
+		t.dirChanged(p)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &mdspb.Empty{}, nil
+}
+
+// isAncestor reports whether directory anc is dir itself or one of its
+// ancestors, walking the parent keys up to the root.
+func (t *txn) isAncestor(anc, dir uint64) (bool, error) {
+	for i := 0; ; i++ {
+		if dir == anc {
+			return true, nil
+		}
+		if dir == rootIno {
+			return false, nil
+		}
+		if i > 1<<20 {
+			return false, fmt.Errorf("mds: parent chain of %d does not reach the root: %w", dir, errs.ErrCorrupt)
+		}
+		v, err := getValue(t.b, parentKey(dir))
+		if err != nil {
+			return false, fmt.Errorf("mds: parent of directory %d: %w", dir, err)
+		}
+		if dir, err = decodeU64(v); err != nil {
+			return false, err
+		}
+	}
+}
+
+// moveDir records that directory d moved from parent from to parent to.
+func (t *txn) moveDir(d, from, to *mdspb.Inode) error {
+	if from.Attr.Ino == to.Attr.Ino {
+		return nil
+	}
+	if from.Attr.Nlink > 2 {
+		from.Attr.Nlink--
+	}
+	to.Attr.Nlink++
+	t.touch(from)
+	t.touch(to)
+	return t.b.Set(parentKey(d.Attr.Ino), encodeU64(to.Attr.Ino), nil)
+}
+
+const renameAll = uint32(mdspb.RenameFlags_RENAME_NOREPLACE | mdspb.RenameFlags_RENAME_EXCHANGE)
+
+// Rename moves old_parent/old_name to new_parent/new_name atomically, with
+// POSIX semantics, RENAME_NOREPLACE and RENAME_EXCHANGE.
+func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb.Empty, err error) {
+	done, err := s.start("rename")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validName(req.GetOldName()); err != nil {
+		return nil, err
+	}
+	if err := validName(req.GetNewName()); err != nil {
+		return nil, err
+	}
+	flags := req.GetFlags()
+	if flags&^renameAll != 0 || flags == renameAll {
+		return nil, fmt.Errorf("rename flags %#x: %w", flags, errs.ErrInvalid)
+	}
+	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
+	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
+	err = s.update(func(t *txn) error {
+		op, err := t.dir(req.GetOldParent())
+		if err != nil {
+			return err
+		}
+		np, err := t.dir(req.GetNewParent())
+		if err != nil {
+			return err
+		}
+		oldName, newName := req.GetOldName(), req.GetNewName()
+		srcIno, srcMode, ok, err := t.dentry(op.Attr.Ino, oldName)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("rename %q: %w", oldName, errs.ErrNotFound)
+		}
+		dstIno, dstMode, dstOK, err := t.dentry(np.Attr.Ino, newName)
+		if err != nil {
+			return err
+		}
+		if exchange && !dstOK {
+			return fmt.Errorf("rename exchange %q: %w", newName, errs.ErrNotFound)
+		}
+		if dstOK && noReplace {
+			return fmt.Errorf("rename %q: %w", newName, errs.ErrExists)
+		}
+		if dstOK && dstIno == srcIno {
+			return nil // same inode (or same entry): nothing to do
+		}
+		src, err := t.inode(srcIno)
+		if err != nil {
+			return err
+		}
+		// A directory may not move into its own subtree.
+		if isDir(srcMode) {
+			if in, err := t.isAncestor(srcIno, np.Attr.Ino); err != nil {
+				return err
+			} else if in {
+				return fmt.Errorf("rename directory %d into its own subtree: %w", srcIno, errs.ErrInvalid)
+			}
+		}
+		if exchange {
+			dst, err := t.inode(dstIno)
+			if err != nil {
+				return err
+			}
+			if isDir(dstMode) {
+				if in, err := t.isAncestor(dstIno, op.Attr.Ino); err != nil {
+					return err
+				} else if in {
+					return fmt.Errorf("rename exchange directory %d into its own subtree: %w", dstIno, errs.ErrInvalid)
+				}
+			}
+			if err := t.setDentry(op.Attr.Ino, oldName, dstIno, dstMode); err != nil {
+				return err
+			}
+			if err := t.setDentry(np.Attr.Ino, newName, srcIno, srcMode); err != nil {
+				return err
+			}
+			if isDir(srcMode) {
+				if err := t.moveDir(src, op, np); err != nil {
+					return err
+				}
+			}
+			if isDir(dstMode) {
+				if err := t.moveDir(dst, np, op); err != nil {
+					return err
+				}
+			}
+			src.Attr.CtimeNs, dst.Attr.CtimeNs = t.now, t.now
+			t.touch(src)
+			t.touch(dst)
+			t.dirChanged(op)
+			t.dirChanged(np)
+			return nil
+		}
+		if dstOK {
+			dst, err := t.inode(dstIno)
+			if err != nil {
+				return err
+			}
+			switch {
+			case isDir(srcMode) && !isDir(dstMode):
+				return fmt.Errorf("rename directory over %q: %w", newName, errs.ErrNotDir)
+			case !isDir(srcMode) && isDir(dstMode):
+				return fmt.Errorf("rename over directory %q: %w", newName, errs.ErrIsDir)
+			case isDir(dstMode):
+				if err := t.removeDir(np, dst); err != nil {
+					return err
+				}
+			default:
+				if err := t.dropLink(dst); err != nil {
+					return err
+				}
+			}
+		}
+		if err := t.delDentry(op.Attr.Ino, oldName); err != nil {
+			return err
+		}
+		if err := t.setDentry(np.Attr.Ino, newName, srcIno, srcMode); err != nil {
+			return err
+		}
+		if isDir(srcMode) {
+			if err := t.moveDir(src, op, np); err != nil {
+				return err
+			}
+		}
+		src.Attr.CtimeNs = t.now
+		t.touch(src)
+		t.dirChanged(op)
+		t.dirChanged(np)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &mdspb.Empty{}, nil
+}
+
+// ReadDir lists a directory's entries sorted by name bytes, starting after
+// req.after; "." and ".." are not included.
+func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mdspb.ReadDirReply, err error) {
+	done, err := s.start("readdir")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	limit := int(req.GetLimit())
+	switch {
+	case limit == 0:
+		limit = readDirDefault
+	case limit > readDirMax:
+		limit = readDirMax
+	}
+	if len(req.GetAfter()) > maxNameLen {
+		return nil, fmt.Errorf("readdir after a name of %d bytes: %w", len(req.GetAfter()), errs.ErrNameTooLong)
+	}
+	out := &mdspb.ReadDirReply{Eof: true}
+	err = s.snapshot(func(r reader) error {
+		d, err := readInode(r, req.GetIno())
+		if err != nil {
+			return err
+		}
+		if !isDir(d.Attr.Mode) {
+			return fmt.Errorf("readdir of inode %d: %w", d.Attr.Ino, errs.ErrNotDir)
+		}
+		prefix := dentryPrefix(d.Attr.Ino)
+		lower := prefix
+		if len(req.GetAfter()) > 0 {
+			// The first key after prefix+after is prefix+after+"\x00".
+			lower = append(dentryKey(d.Attr.Ino, req.GetAfter()), 0)
+		}
+		return scanRange(r, lower, prefixEnd(prefix), func(k, v []byte) (bool, error) {
+			if len(out.Entries) == limit {
+				out.Eof = false
+				return false, nil
+			}
+			_, name, err := decodeDentryKey(k)
+			if err != nil {
+				return false, err
+			}
+			ino, mode, err := decodeDentry(v)
+			if err != nil {
+				return false, err
+			}
+			out.Entries = append(out.Entries, &mdspb.DirEntry{Name: append([]byte(nil), name...), Ino: ino, Mode: mode})
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// StatFs sums the capacity and free space of the live OSTs.
+func (s *Server) StatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ *mdspb.StatFsReply, err error) {
+	done, err := s.start("statfs")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	files, err := getCounter(s.db, counterInodes)
+	if err != nil {
+		return nil, err
+	}
+	out := &mdspb.StatFsReply{Files: files}
+	for _, o := range s.listOsts() {
+		out.OstsTotal++
+		if o.Up {
+			out.OstsUp++
+			out.TotalBytes += o.Capacity
+			out.FreeBytes += o.Free
+		}
+	}
+	return out, nil
+}

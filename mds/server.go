@@ -1,0 +1,367 @@
+// Package mds is Shoal's metadata server: the namespace (inodes, directory
+// entries), the extent map of every file, the OST registry, extent placement
+// and the garbage collection of unreferenced chunks. State lives in one
+// Pebble database whose key schema is in keys.go.
+//
+// # Concurrency
+//
+// Every mutating call runs as one Pebble batch committed with pebble.Sync
+// before the reply; mutations are serialized by Server.mu (a Raft log will
+// take its place when the MDS is replicated). The batch is indexed, so a
+// mutation reads its own writes. Reads go straight to Pebble, through a
+// snapshot when they read more than one key.
+//
+// Lock order: Server.life (read side, held by every RPC for its duration)
+// before Server.mu before Server.osts.mu. The GC goroutine takes mu and
+// osts.mu, never life; Close stops it before taking life for writing.
+package mds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// Options configure a Server. Zero values take the documented defaults.
+type Options struct {
+	Dir              string                // Pebble directory
+	FS               vfs.FS                // optional (pebble vfs), for crash tests; nil = vfs.Default
+	Logger           *slog.Logger          // nil = discard
+	Registry         prometheus.Registerer // nil = none
+	DefaultLayout    *mdspb.Layout         // nil = {K:4, M:2, Unit:1<<20}; the root dir's layout on first open
+	HeartbeatTimeout time.Duration         // OST considered down after this without a heartbeat; default 5s
+	GCGrace          time.Duration         // delay before unreferenced extents' chunks are deleted; default 2m
+	GCInterval       time.Duration         // default 5s
+	Now              func() time.Time      // default time.Now
+}
+
+// Limits of the API.
+const (
+	maxNameLen      = 255
+	maxSymlinkLen   = 4096
+	maxUUIDLen      = 255
+	maxAddrLen      = 1024
+	maxStripeWidth  = 64 // k+m
+	maxUnit         = 1 << 30
+	maxAllocCount   = 1024
+	readDirDefault  = 1000
+	readDirMax      = 10000
+	gcBatch         = 1000 // GC queue entries handled per round
+	gcCallTimeout   = 10 * time.Second
+	defaultHBTimout = 5 * time.Second
+)
+
+func (o *Options) withDefaults() (Options, error) {
+	c := *o
+	if c.Dir == "" {
+		return c, fmt.Errorf("mds: Options.Dir is empty: %w", errs.ErrInvalid)
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.DefaultLayout == nil {
+		c.DefaultLayout = &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20}
+	}
+	if err := validLayout(c.DefaultLayout); err != nil {
+		return c, fmt.Errorf("mds: Options.DefaultLayout: %w", err)
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = defaultHBTimout
+	}
+	if c.GCGrace <= 0 {
+		c.GCGrace = 2 * time.Minute
+	}
+	if c.GCInterval <= 0 {
+		c.GCInterval = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// Server is the MDS. It implements mdspb.MdsServer.
+type Server struct {
+	mdspb.UnimplementedMdsServer
+
+	o   Options
+	log *slog.Logger
+	db  *pebble.DB
+	m   *metrics
+
+	// life guards closed and the db handle's lifetime: every RPC holds it
+	// for reading; Close takes it for writing.
+	life   sync.RWMutex
+	closed bool
+
+	// mu serializes mutations (one batch at a time) and guards rot.
+	mu struct {
+		sync.Mutex
+		rot uint64 // placement rotation: advanced by one per allocated extent
+	}
+
+	osts ostTable
+
+	// gc is owned by the GC goroutine; Close waits for it before touching
+	// conns.
+	gc struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+		conns  map[uint32]*ostConn
+	}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating on first use) the MDS database in o.Dir and starts
+// the GC loop.
+func Open(ctx context.Context, o Options) (*Server, error) {
+	opts, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{o: opts, log: opts.Logger}
+	s.osts.m = make(map[uint32]*ostState)
+	db, err := pebble.Open(opts.Dir, &pebble.Options{FS: opts.FS, Logger: pebbleLogger{opts.Logger}})
+	if err != nil {
+		return nil, fmt.Errorf("mds: open pebble in %s: %w", opts.Dir, err)
+	}
+	s.db = db
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.loadOsts(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registry, s)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.m = m
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.gc.cancel = cancel
+	s.gc.done = make(chan struct{})
+	s.gc.conns = make(map[uint32]*ostConn)
+	go s.gcLoop(gctx)
+	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
+	return s, nil
+}
+
+// init checks the format version, or formats an empty database: version,
+// counters and the root directory in one synced batch.
+func (s *Server) init() error {
+	v, err := getValue(s.db, versionKey())
+	if err != nil && !errors.Is(err, errs.ErrNotFound) {
+		return err
+	}
+	if err == nil {
+		if len(v) != 4 {
+			return fmt.Errorf("mds: malformed format version %x: %w", v, errs.ErrCorrupt)
+		}
+		if got := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3]); got != formatVersion {
+			return fmt.Errorf("mds: database format version %d, this binary supports %d: %w", got, formatVersion, errs.ErrNotSupported)
+		}
+		return nil
+	}
+	// No version: the database must be empty.
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	nonEmpty := it.First()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if nonEmpty {
+		return fmt.Errorf("mds: database in %s has data but no format version: %w", s.o.Dir, errs.ErrCorrupt)
+	}
+	now := s.o.Now().UnixNano()
+	root := &mdspb.Inode{Attr: &mdspb.Attr{
+		Ino: rootIno, Mode: sIFDIR | 0o755, Nlink: 2,
+		AtimeNs: now, MtimeNs: now, CtimeNs: now,
+		Layout: proto.Clone(s.o.DefaultLayout).(*mdspb.Layout),
+	}}
+	b := s.db.NewBatch()
+	defer b.Close()
+	set := func(k, v []byte) {
+		if err == nil {
+			err = b.Set(k, v, nil)
+		}
+	}
+	set(versionKey(), u32(nil, formatVersion))
+	set(counterKey(counterNextIno), encodeU64(rootIno+1))
+	set(counterKey(counterNextExtent), encodeU64(1))
+	set(counterKey(counterNextOst), encodeU64(1))
+	set(counterKey(counterInodes), encodeU64(1))
+	rv, merr := proto.Marshal(root)
+	if merr != nil {
+		return merr
+	}
+	set(inodeKey(rootIno), rv)
+	set(parentKey(rootIno), encodeU64(rootIno))
+	if err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("mds: format database: %w", err)
+	}
+	s.log.Info("mds formatted new database", "dir", s.o.Dir, "version", formatVersion)
+	return nil
+}
+
+// Register registers the Mds service on g.
+func (s *Server) Register(g *grpc.Server) { mdspb.RegisterMdsServer(g, s) }
+
+// Close stops the GC loop, closes OST connections and closes Pebble. RPCs
+// that arrive afterwards fail with ErrUnavailable.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.gc.cancel()
+		<-s.gc.done
+		for id, c := range s.gc.conns {
+			c.cc.Close()
+			delete(s.gc.conns, id)
+		}
+		s.life.Lock()
+		defer s.life.Unlock()
+		s.closed = true
+		s.closeErr = s.db.Close()
+		s.m.unregister()
+	})
+	return s.closeErr
+}
+
+// start marks the beginning of RPC op: it fails once the server is closed,
+// and returns the function to defer, which records metrics and releases the
+// lifetime lock.
+func (s *Server) start(op string) (func(*error), error) {
+	s.life.RLock()
+	if s.closed {
+		s.life.RUnlock()
+		return nil, fmt.Errorf("mds: server closed: %w", errs.ErrUnavailable)
+	}
+	t0 := time.Now()
+	return func(err *error) {
+		s.m.observe(op, t0, *err)
+		s.life.RUnlock()
+	}, nil
+}
+
+func (s *Server) now() int64 { return s.o.Now().UnixNano() }
+
+// reader is what reads need from Pebble: a DB, a snapshot or an indexed batch.
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+// getValue returns a copy of key's value, or an error wrapping ErrNotFound.
+func getValue(r reader, key []byte) ([]byte, error) {
+	v, c, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("key %x: %w", key, errs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), v...)
+	return out, c.Close()
+}
+
+// getProto reads key into msg; ErrNotFound if absent.
+func getProto(r reader, key []byte, msg proto.Message) error {
+	v, err := getValue(r, key)
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(v, msg); err != nil {
+		return fmt.Errorf("mds: decode %x: %v: %w", key, err, errs.ErrCorrupt)
+	}
+	return nil
+}
+
+// getCounter returns a counter's value (0 if unset).
+func getCounter(r reader, name string) (uint64, error) {
+	v, err := getValue(r, counterKey(name))
+	if errors.Is(err, errs.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return decodeU64(v)
+}
+
+// scan calls fn for every key with the given prefix, in order, until fn
+// returns false or an error.
+func scan(r reader, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+	return scanRange(r, prefix, prefixEnd(prefix), fn)
+}
+
+func scanRange(r reader, lower, upper []byte, fn func(k, v []byte) (bool, error)) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return err
+		}
+		more, err := fn(it.Key(), v)
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return err
+	}
+	return it.Close()
+}
+
+// snapshot runs fn on a consistent snapshot of the database.
+func (s *Server) snapshot(fn func(r reader) error) error {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	return fn(snap)
+}
+
+// pebbleLogger sends Pebble's log to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble")
+	panic("pebble: " + msg) // Pebble requires Fatalf not to return.
+}

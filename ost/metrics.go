@@ -1,0 +1,75 @@
+package ost
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the OST's Prometheus metrics. An OST process with several
+// targets (shoal local) wraps its registry with an "ost" label per target.
+type metrics struct {
+	readBytes     prometheus.Counter
+	writeBytes    prometheus.Counter
+	corruptBlocks prometheus.Counter
+
+	reg        prometheus.Registerer // nil: not registered
+	collectors []prometheus.Collector
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		readBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_read_bytes_total",
+			Help: "Chunk bytes returned by ReadChunk, after verification.",
+		}),
+		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_write_bytes_total",
+			Help: "Chunk bytes stored by WriteChunk (new chunks only).",
+		}),
+		corruptBlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_corrupt_blocks_total",
+			Help: "Checksum mismatches found: data blocks, or sidecars that are missing or fail their own check.",
+		}),
+	}
+}
+
+// register adds the metrics, and gauges reading st's counters, to reg.
+func (m *metrics) register(reg prometheus.Registerer, st *store) error {
+	if reg == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{
+		m.readBytes, m.writeBytes, m.corruptBlocks,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shoal_ost_chunks",
+			Help: "Chunks stored.",
+		}, func() float64 { return float64(st.chunks.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shoal_ost_used_bytes",
+			Help: "Bytes held in chunk data files.",
+		}, func() float64 { return float64(st.used.Load()) }),
+	}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return err
+		}
+	}
+	m.reg, m.collectors = reg, cs
+	return nil
+}
+
+// unregister removes what register added.
+func (m *metrics) unregister() error {
+	var errsUnreg error
+	for _, c := range m.collectors {
+		if !m.reg.Unregister(c) {
+			errsUnreg = errors.New("ost: metric was not registered")
+		}
+	}
+	m.collectors = nil
+	return errsUnreg
+}

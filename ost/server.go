@@ -1,0 +1,211 @@
+package ost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/shoalfs/shoal/internal/checksum"
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/ost/ostpb"
+)
+
+// Defaults of Options.
+const (
+	DefaultHeartbeatInterval = time.Second
+	DefaultBlockSize         = 64 << 10
+)
+
+// lockFile is held (flock) while a Server has the directory open.
+const lockFile = "ost.lock"
+
+// Options configure an OST.
+type Options struct {
+	Dir               string                // the OST's directory (one disk); created if missing
+	MDSAddr           string                // "" = don't register (tests of the store alone)
+	AdvertiseAddr     string                // address clients use to reach this OST (set by the caller after Listen)
+	Logger            *slog.Logger          // nil = discard
+	Registry          prometheus.Registerer // nil = none; several OSTs in one process need a label each (prometheus.WrapRegistererWith)
+	HeartbeatInterval time.Duration         // default 1s
+	BlockSize         int                   // checksum block of new chunks, default 64 KiB
+}
+
+func (o *Options) setDefaults() error {
+	if o.Dir == "" {
+		return fmt.Errorf("ost: Options.Dir is empty: %w", errs.ErrInvalid)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.HeartbeatInterval < 0 {
+		return fmt.Errorf("ost: HeartbeatInterval %v: %w", o.HeartbeatInterval, errs.ErrInvalid)
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if err := checksum.CheckBlockSize(o.BlockSize); err != nil {
+		return fmt.Errorf("ost: Options.BlockSize: %w", err)
+	}
+	return nil
+}
+
+// Server is one OST: a chunk store in one directory, its gRPC service and
+// its registration with the MDS.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	st   *store
+	m    *metrics
+	uuid string
+	id   atomic.Uint32 // 0 until registered (or loaded from ost.id)
+	lock *os.File      // holds the flock on ost.lock
+
+	mu struct {
+		sync.Mutex
+		started bool               // Start succeeded or is running
+		closed  bool               // Close was called
+		cancel  context.CancelFunc // stops the MDS loop; nil when none runs
+		done    chan struct{}      // closed when the MDS loop has exited
+	}
+}
+
+// Open opens the OST in o.Dir, creating it (and its uuid) the first time,
+// empties its tmp/ directory and counts its chunks.
+func Open(ctx context.Context, o Options) (*Server, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("ost: %w", err)
+	}
+	lock, err := lockDir(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: o, log: o.Logger, m: newMetrics(), lock: lock}
+	fail := func(err error) (*Server, error) {
+		lock.Close()
+		return nil, err
+	}
+	st, rep, err := openStore(ctx, o.Dir, o.BlockSize, s.m)
+	if err != nil {
+		return fail(err)
+	}
+	s.st = st
+	if s.uuid, err = loadOrCreateUUID(o.Dir); err != nil {
+		return fail(err)
+	}
+	id, err := loadID(o.Dir)
+	if err != nil {
+		return fail(err)
+	}
+	s.id.Store(id)
+	if err := s.m.register(o.Registry, st); err != nil {
+		return fail(fmt.Errorf("ost: metrics: %w", err))
+	}
+	s.log.Info("ost opened", "ost", id, "dir", o.Dir, "uuid", s.uuid,
+		"chunks", st.chunks.Load(), "used", st.used.Load())
+	if rep.orphanSidecars > 0 {
+		s.log.Info("removed checksum sidecars of interrupted writes", "count", rep.orphanSidecars)
+	}
+	if n := len(rep.missingSidecar); n > 0 {
+		s.log.Warn("chunks without checksum sidecar; reads of them fail as corrupt",
+			"count", n, "first", rep.missingSidecar[0])
+	}
+	if n := len(rep.strays); n > 0 {
+		s.log.Warn("files under chunks/ that are not chunks, ignored", "count", n, "first", rep.strays[0])
+	}
+	return s, nil
+}
+
+// lockDir takes an exclusive flock on dir/ost.lock, so that two servers
+// never share a directory.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("ost: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("ost: %s is in use by another server: %w", dir, errs.ErrExists)
+		}
+		return nil, fmt.Errorf("ost: lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Register registers the ostpb.Ost service on g.
+func (s *Server) Register(g *grpc.Server) { ostpb.RegisterOstServer(g, &service{s: s}) }
+
+// ID is the id the MDS assigned, or 0 before the first registration.
+func (s *Server) ID() uint32 { return s.id.Load() }
+
+// UUID is this OST's uuid, created once with its directory.
+func (s *Server) UUID() string { return s.uuid }
+
+// ChunkPath is the path of a chunk's data file (which may not exist).
+func (s *Server) ChunkPath(extent uint64, index uint32) string {
+	return s.st.dataPath(chunkID{extent: extent, index: index})
+}
+
+// Close stops the MDS loop and waits for it, and releases the directory.
+// Calls in flight on the gRPC service are the caller's to stop first
+// (grpc.Server.GracefulStop).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	cancel, done := s.mu.cancel, s.mu.done
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	var err error
+	if s.m.reg != nil {
+		err = s.m.unregister()
+	}
+	return errors.Join(err, s.lock.Close())
+}
+
+// space is the capacity and free space of the OST's file system.
+func (s *Server) space() (capacity, free uint64, err error) {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(s.opts.Dir, &fs); err != nil {
+		return 0, 0, fmt.Errorf("ost: statfs %s: %w", s.opts.Dir, err)
+	}
+	return fs.Blocks * uint64(fs.Bsize), fs.Bavail * uint64(fs.Bsize), nil
+}
+
+func (s *Server) info() (*ostpb.InfoReply, error) {
+	capacity, free, err := s.space()
+	if err != nil {
+		return nil, err
+	}
+	return &ostpb.InfoReply{
+		Id:       s.ID(),
+		Uuid:     s.uuid,
+		Capacity: capacity,
+		Free:     free,
+		Used:     uint64(max(s.st.used.Load(), 0)),
+		Chunks:   uint64(max(s.st.chunks.Load(), 0)),
+	}, nil
+}

@@ -1,0 +1,109 @@
+package ost
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/ost/ostpb"
+)
+
+// service implements ostpb.OstServer on a Server. Handlers return errors
+// wrapping the sentinels of internal/errs; wire's interceptor turns them
+// into status codes.
+type service struct {
+	ostpb.UnimplementedOstServer
+	s *Server
+}
+
+// chunkFromPB validates a chunk id from the wire: present, extent not 0.
+func chunkFromPB(id *ostpb.ChunkId) (chunkID, error) {
+	if id == nil {
+		return chunkID{}, fmt.Errorf("ost: missing chunk id: %w", errs.ErrInvalid)
+	}
+	if id.GetExtent() == 0 {
+		return chunkID{}, fmt.Errorf("ost: extent id 0: %w", errs.ErrInvalid)
+	}
+	return chunkID{extent: id.GetExtent(), index: id.GetIndex()}, nil
+}
+
+func (v *service) WriteChunk(ctx context.Context, req *ostpb.WriteChunkRequest) (*ostpb.WriteChunkReply, error) {
+	c, err := chunkFromPB(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	data := req.GetData()
+	switch {
+	case len(data) == 0:
+		return nil, fmt.Errorf("ost: write chunk %s: no data: %w", c, errs.ErrInvalid)
+	case len(data) > MaxChunkSize:
+		return nil, fmt.Errorf("ost: write chunk %s: %d bytes, over %d: %w", c, len(data), MaxChunkSize, errs.ErrTooLarge)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	created, err := v.s.st.write(c, data)
+	if created {
+		v.s.m.writeBytes.Add(float64(len(data)))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ostpb.WriteChunkReply{}, nil
+}
+
+func (v *service) ReadChunk(ctx context.Context, req *ostpb.ReadChunkRequest) (*ostpb.ReadChunkReply, error) {
+	c, err := chunkFromPB(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	data, err := v.s.st.read(c, req.GetOffset(), req.GetLength())
+	if err != nil {
+		return nil, err
+	}
+	return &ostpb.ReadChunkReply{Data: data}, nil
+}
+
+func (v *service) DeleteChunks(ctx context.Context, req *ostpb.DeleteChunksRequest) (*ostpb.DeleteChunksReply, error) {
+	ids := make([]chunkID, len(req.GetIds()))
+	for i, id := range req.GetIds() {
+		c, err := chunkFromPB(id)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = c
+	}
+	var n uint32
+	for _, c := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		deleted, err := v.s.st.remove(c)
+		if err != nil {
+			return nil, err
+		}
+		if deleted {
+			n++
+		}
+	}
+	return &ostpb.DeleteChunksReply{Deleted: n}, nil
+}
+
+func (v *service) StatChunk(_ context.Context, req *ostpb.StatChunkRequest) (*ostpb.StatChunkReply, error) {
+	c, err := chunkFromPB(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	n, err := v.s.st.stat(c)
+	if err != nil {
+		return nil, err
+	}
+	return &ostpb.StatChunkReply{Length: n}, nil
+}
+
+func (v *service) Info(context.Context, *ostpb.InfoRequest) (*ostpb.InfoReply, error) {
+	return v.s.info()
+}

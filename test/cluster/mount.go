@@ -1,0 +1,45 @@
+//go:build !nofuse
+
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoalfs/shoal/fuse"
+)
+
+// Mount mounts the file system at a new directory and returns its path. It
+// skips the test, loudly, when FUSE is not usable here.
+func (c *Cluster) Mount() string {
+	c.t.Helper()
+	RequireFUSE(c.t)
+	dir := filepath.Join(c.Dir, fmt.Sprintf("mnt-%d", len(c.mounts)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	m, err := fuse.Mount(c.ctx(), dir, fuse.Options{Client: c.Client(), Logger: c.log.With("proc", "fuse")})
+	if err != nil {
+		c.t.Fatalf("mount: %v", err)
+	}
+	c.mu.Lock()
+	c.mounts = append(c.mounts, m)
+	c.mu.Unlock()
+	return dir
+}
+
+// RequireFUSE skips the test with a loud reason when /dev/fuse is missing
+// or the test cannot mount.
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("SKIP (no FUSE): /dev/fuse is missing: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		if _, err := os.Stat("/usr/bin/fusermount3"); err != nil {
+			t.Skipf("SKIP (no FUSE): not root and fusermount3 is missing; run make deps")
+		}
+	}
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the system packages Shoal needs, when they are missing: fuse3
+# (fusermount3, for mounting without root). Needs root or sudo for apt.
+set -euo pipefail
+need=()
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+echo "installing: ${need[*]}" >&2
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null 2>&1 || { echo "need root (or sudo) to apt-get install ${need[*]}" >&2; exit 1; }
+	SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null || true
+$SUDO apt-get install -y -qq "${need[@]}" >/dev/null
