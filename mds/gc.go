@@ -25,7 +25,9 @@ import (
 // extent fails with ErrStale instead of racing the deletion. Then it sends
 // DeleteChunks for every due entry to each OST of its placement and removes
 // an entry once every OST confirmed. An OST that is down or fails keeps the
-// entry for the next round; an OST no longer registered counts as done.
+// entry, moved back by gcRetryDelay, and the OSTs that did confirm are
+// remembered (in memory) and not asked again; an OST no longer registered
+// counts as done.
 
 // ostConn is a cached client connection to one OST.
 type ostConn struct {
@@ -68,18 +70,22 @@ func (s *Server) gcRound(ctx context.Context) error {
 	if err != nil || len(due) == 0 {
 		return err
 	}
-	// Group the chunks by OST.
+	// Group the chunks by OST, leaving out those an OST already confirmed
+	// in an earlier round.
 	byOst := make(map[uint32][]*ostpb.ChunkId)
 	for _, e := range due {
 		for j, id := range e.ext.GetOsts() {
-			byOst[id] = append(byOst[id], &ostpb.ChunkId{Extent: e.ext.Id, Index: uint32(j)})
+			if !s.gc.confirmed[e.ext.Id][id] {
+				byOst[id] = append(byOst[id], &ostpb.ChunkId{Extent: e.ext.Id, Index: uint32(j)})
+			}
 		}
 	}
 	infos := make(map[uint32]*mdspb.OstInfo)
 	for _, o := range s.listOsts() {
 		infos[o.Id] = o
 	}
-	// done[id] is true once OST id confirmed (or is not registered).
+	// done[id] is true once OST id confirmed this round (or is not
+	// registered).
 	done := make(map[uint32]bool, len(byOst))
 	for id, chunks := range byOst {
 		info, ok := infos[id]
@@ -97,32 +103,45 @@ func (s *Server) gcRound(ctx context.Context) error {
 		s.m.gcChunksDeleted.Add(float64(len(chunks)))
 		done[id] = true
 	}
-	var finished [][]byte
-	for _, e := range due {
-		ok := true
-		for _, id := range e.ext.GetOsts() {
-			ok = ok && done[id]
-		}
-		if ok {
-			finished = append(finished, e.key)
-		} else {
-			s.log.Debug("gc: extent kept for retry", "extent", e.ext.Id)
-		}
-	}
-	if len(finished) == 0 {
-		return nil
-	}
+	// Finished entries leave the queue; the others move back by
+	// gcRetryDelay so that they do not hold up the entries behind them.
+	var finished int
 	err = s.update(func(t *txn) error {
-		for _, k := range finished {
-			if err := t.b.Delete(k, nil); err != nil {
+		for _, e := range due {
+			conf := s.gc.confirmed[e.ext.Id]
+			complete := true
+			for _, id := range e.ext.GetOsts() {
+				if done[id] {
+					if conf == nil {
+						conf = make(map[uint32]bool)
+						s.gc.confirmed[e.ext.Id] = conf
+					}
+					conf[id] = true
+				}
+				complete = complete && conf[id]
+			}
+			if err := t.b.Delete(e.key, nil); err != nil {
 				return err
 			}
+			if complete {
+				delete(s.gc.confirmed, e.ext.Id)
+				finished++
+				continue
+			}
+			v, err := proto.Marshal(e.ext)
+			if err != nil {
+				return err
+			}
+			if err := t.b.Set(gcKey(now+int64(gcRetryDelay), e.ext.Id), v, nil); err != nil {
+				return err
+			}
+			s.log.Debug("gc: extent kept for retry", "extent", e.ext.Id)
 		}
 		return nil
 	})
-	if err == nil {
-		s.m.gcExtentsDone.Add(float64(len(finished)))
-		s.log.Debug("gc: extents collected", "count", len(finished))
+	if err == nil && finished > 0 {
+		s.m.gcExtentsDone.Add(float64(finished))
+		s.log.Debug("gc: extents collected", "count", finished)
 	}
 	return err
 }

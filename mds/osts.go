@@ -166,6 +166,9 @@ func (s *Server) Heartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ 
 	}
 	defer done(&err)
 	id := req.GetId()
+	if id == 0 {
+		return nil, fmt.Errorf("heartbeat without an OST id: %w", errs.ErrInvalid)
+	}
 	if len(req.GetAddr()) > maxAddrLen {
 		return nil, fmt.Errorf("heartbeat: addr of %d bytes: %w", len(req.GetAddr()), errs.ErrInvalid)
 	}

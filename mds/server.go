@@ -61,6 +61,7 @@ const (
 	readDirMax      = 10000
 	gcBatch         = 1000 // GC queue entries handled per round
 	gcCallTimeout   = 10 * time.Second
+	gcRetryDelay    = 30 * time.Second // before a failed GC entry is tried again
 	defaultHBTimout = 5 * time.Second
 )
 
@@ -124,6 +125,9 @@ type Server struct {
 		cancel context.CancelFunc
 		done   chan struct{}
 		conns  map[uint32]*ostConn
+		// confirmed[extent] holds the OSTs that deleted their chunk of
+		// an extent still in the queue (other OSTs failed).
+		confirmed map[uint64]map[uint32]bool
 	}
 	closeOnce sync.Once
 	closeErr  error
@@ -161,6 +165,7 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	s.gc.cancel = cancel
 	s.gc.done = make(chan struct{})
 	s.gc.conns = make(map[uint32]*ostConn)
+	s.gc.confirmed = make(map[uint64]map[uint32]bool)
 	go s.gcLoop(gctx)
 	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
 	return s, nil

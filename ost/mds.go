@@ -90,7 +90,7 @@ func (s *Server) run(ctx context.Context, cli mdspb.MdsClient, registered chan<-
 			registered <- err
 			return
 		}
-		fl.fail(s.log, "cannot register with MDS", err)
+		fl.fail(s.log, "cannot register with MDS", err, "mds", s.opts.MDSAddr)
 		// Jitter: 0.75 to 1.25 of backoff.
 		d := backoff*3/4 + rand.N(backoff/2)
 		select {

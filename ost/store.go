@@ -24,6 +24,11 @@ const MaxChunkSize = 64 << 20
 // stored chunk.
 const compareBufSize = 1 << 20
 
+// maxRun bounds the bytes of whole blocks read by one ReadAt before they are
+// verified: small enough to stay in the CPU cache between the copy and the
+// checksum, large enough to keep syscalls few.
+const maxRun = 512 << 10
+
 // store is the chunk store of one OST directory: files and counters, no RPC.
 type store struct {
 	dir       string // the OST directory
@@ -355,11 +360,13 @@ func (st *store) readVerified(c chunkID, f *os.File, tab checksum.Table, off uin
 		b := int(pos / bs)
 		bstart, bend := tab.BlockRange(b)
 		if pos == bstart && bend <= end {
-			// A run of whole blocks [pos, runEnd).
+			// A run of whole blocks [pos, runEnd), at most maxRun bytes
+			// (or one block) so that the blocks are still in cache when
+			// their checksums are computed.
 			last := b
 			for last+1 < len(tab.Sums) {
 				_, e := tab.BlockRange(last + 1)
-				if e > end {
+				if e > end || e-pos > maxRun {
 					break
 				}
 				last++
