@@ -54,7 +54,7 @@ func newMountCmd(g *globals) *cobra.Command {
 // waitUnmount waits for SIGINT/SIGTERM, or for the mount to go away (an
 // external umount), and unmounts. A busy mount point is reported and the
 // next signal tries again.
-func waitUnmount(log *slog.Logger, m *fuse.Mount) error {
+func waitUnmount(log *slog.Logger, m *fuse.Mounted) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
