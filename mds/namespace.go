@@ -823,13 +823,31 @@ func (s *Server) StatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ *mdspb
 		return nil, err
 	}
 	out := &mdspb.StatFsReply{Files: files}
+	// Raw space, each file system once: OSTs of `shoal local` share a disk.
+	var rawTotal, rawFree uint64
+	seen := map[string]bool{}
 	for _, o := range s.listOsts() {
 		out.OstsTotal++
-		if o.Up {
-			out.OstsUp++
-			out.TotalBytes += o.Capacity
-			out.FreeBytes += o.Free
+		if !o.Up {
+			continue
 		}
+		out.OstsUp++
+		if o.FsId != "" {
+			if seen[o.FsId] {
+				continue
+			}
+			seen[o.FsId] = true
+		}
+		rawTotal += o.Capacity
+		rawFree += o.Free
 	}
+	// File bytes under the root's layout: k of every k+m raw bytes.
+	k, n := uint64(1), uint64(1)
+	if root, err := readInode(s.db, rootIno); err == nil && root.GetAttr().GetLayout().GetK() > 0 {
+		l := root.GetAttr().GetLayout()
+		k, n = uint64(l.GetK()), uint64(l.GetK()+l.GetM())
+	}
+	out.TotalBytes = rawTotal / n * k
+	out.FreeBytes = rawFree / n * k
 	return out, nil
 }

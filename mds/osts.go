@@ -150,6 +150,7 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 		s.osts.m[id] = o
 	}
 	o.info.Addr, o.info.Capacity, o.info.Free = addr, req.GetCapacity(), req.GetFree()
+	o.info.FsId = req.GetFsId()
 	o.lastHB = s.o.Now()
 	s.osts.mu.Unlock()
 	s.log.Info("ost registered", "ost", id, "uuid", uuid, "addr", addr)
@@ -178,6 +179,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ 
 	if ok {
 		o.info.Capacity, o.info.Free = req.GetCapacity(), req.GetFree()
 		o.info.Used, o.info.Chunks = req.GetUsed(), req.GetChunks()
+		o.info.FsId = req.GetFsId()
 		o.lastHB = s.o.Now()
 		if a := req.GetAddr(); a != "" && a != o.info.Addr {
 			o.info.Addr = a

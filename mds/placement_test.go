@@ -168,8 +168,16 @@ func TestOstRegistry(t *testing.T) {
 	}
 	st, err := e.c.StatFs(ctx, &mdspb.StatFsRequest{})
 	wantErr(t, "statfs", err, nil)
-	if st.OstsUp != 3 || st.OstsTotal != 3 || st.TotalBytes != 1000+100+1<<40 || st.FreeBytes != 400+50+1<<40 || st.Files != 1 {
+	// StatFs reports file bytes under the root's RS 4+2 layout: 4/6 of raw.
+	if st.OstsUp != 3 || st.OstsTotal != 3 || st.TotalBytes != (1000+100+1<<40)/6*4 || st.FreeBytes != (400+50+1<<40)/6*4 || st.Files != 1 {
 		t.Fatalf("statfs %v", st)
+	}
+	// OSTs on one file system are counted once.
+	e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[0], Capacity: 1000, Free: 400, FsId: "disk-a"})
+	e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[1], Capacity: 1000, Free: 400, FsId: "disk-a"})
+	st, _ = e.c.StatFs(ctx, &mdspb.StatFsRequest{})
+	if st.TotalBytes != (1000+1<<40)/6*4 {
+		t.Fatalf("statfs with a shared file system: %v", st)
 	}
 
 	// Past the heartbeat timeout only the OST that heartbeated is up.

@@ -139,6 +139,7 @@ func (s *Server) register(ctx context.Context, cli mdspb.MdsClient) error {
 		Addr:     s.opts.AdvertiseAddr,
 		Capacity: capacity,
 		Free:     free,
+		FsId:     s.fsID(),
 	})
 	if err != nil {
 		return fmt.Errorf("ost: RegisterOst: %w", err)
@@ -175,6 +176,7 @@ func (s *Server) heartbeat(ctx context.Context, cli mdspb.MdsClient) error {
 		Free:     inf.Free,
 		Used:     inf.Used,
 		Chunks:   inf.Chunks,
+		FsId:     inf.FsId,
 	})
 	if err != nil {
 		return fmt.Errorf("ost: Heartbeat: %w", err)

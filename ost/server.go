@@ -195,6 +195,17 @@ func (s *Server) space() (capacity, free uint64, err error) {
 	return fs.Blocks * uint64(fs.Bsize), fs.Bavail * uint64(fs.Bsize), nil
 }
 
+// fsID names the file system under Dir (device number and statfs f_fsid),
+// so that the MDS counts OSTs sharing one disk once in StatFs.
+func (s *Server) fsID() string {
+	var st syscall.Stat_t
+	var fs syscall.Statfs_t
+	if syscall.Stat(s.opts.Dir, &st) != nil || syscall.Statfs(s.opts.Dir, &fs) != nil {
+		return ""
+	}
+	return fmt.Sprintf("%x/%x.%x", st.Dev, uint32(fs.Fsid.X__val[0]), uint32(fs.Fsid.X__val[1]))
+}
+
 func (s *Server) info() (*ostpb.InfoReply, error) {
 	capacity, free, err := s.space()
 	if err != nil {
@@ -207,5 +218,6 @@ func (s *Server) info() (*ostpb.InfoReply, error) {
 		Free:     free,
 		Used:     uint64(max(s.st.used.Load(), 0)),
 		Chunks:   uint64(max(s.st.chunks.Load(), 0)),
+		FsId:     s.fsID(),
 	}, nil
 }

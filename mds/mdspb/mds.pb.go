@@ -592,6 +592,7 @@ type OstInfo struct {
 	Chunks          uint64                 `protobuf:"varint,7,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	LastHeartbeatNs int64                  `protobuf:"varint,8,opt,name=last_heartbeat_ns,json=lastHeartbeatNs,proto3" json:"last_heartbeat_ns,omitempty"`
 	Up              bool                   `protobuf:"varint,9,opt,name=up,proto3" json:"up,omitempty"`
+	FsId            string                 `protobuf:"bytes,10,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"` // file system the OST's directory is on (OSTs sharing one are counted once by StatFs)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -687,6 +688,13 @@ func (x *OstInfo) GetUp() bool {
 		return x.Up
 	}
 	return false
+}
+
+func (x *OstInfo) GetFsId() string {
+	if x != nil {
+		return x.FsId
+	}
+	return ""
 }
 
 type Empty struct {
@@ -1557,6 +1565,8 @@ func (*StatFsRequest) Descriptor() ([]byte, []int) {
 	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
 }
 
+// StatFsReply counts the space of the live OSTs, each file system once, as
+// file bytes under the root directory's layout (raw bytes * k/(k+m)).
 type StatFsReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TotalBytes    uint64                 `protobuf:"varint,1,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
@@ -1899,6 +1909,7 @@ type RegisterOstRequest struct {
 	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
 	Capacity      uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Free          uint64                 `protobuf:"varint,4,opt,name=free,proto3" json:"free,omitempty"`
+	FsId          string                 `protobuf:"bytes,5,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1961,6 +1972,13 @@ func (x *RegisterOstRequest) GetFree() uint64 {
 	return 0
 }
 
+func (x *RegisterOstRequest) GetFsId() string {
+	if x != nil {
+		return x.FsId
+	}
+	return ""
+}
+
 type RegisterOstReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2013,6 +2031,7 @@ type HeartbeatRequest struct {
 	Free          uint64                 `protobuf:"varint,4,opt,name=free,proto3" json:"free,omitempty"`
 	Used          uint64                 `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
 	Chunks        uint64                 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	FsId          string                 `protobuf:"bytes,7,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2087,6 +2106,13 @@ func (x *HeartbeatRequest) GetChunks() uint64 {
 		return x.Chunks
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetFsId() string {
+	if x != nil {
+		return x.FsId
+	}
+	return ""
 }
 
 type ListOstsRequest struct {
@@ -2208,7 +2234,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\"\xd9\x01\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\"\xee\x01\n" +
 	"\aOstInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -2218,7 +2244,9 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04used\x18\x06 \x01(\x04R\x04used\x12\x16\n" +
 	"\x06chunks\x18\a \x01(\x04R\x06chunks\x12*\n" +
 	"\x11last_heartbeat_ns\x18\b \x01(\x03R\x0flastHeartbeatNs\x12\x0e\n" +
-	"\x02up\x18\t \x01(\bR\x02up\"\a\n" +
+	"\x02up\x18\t \x01(\bR\x02up\x12\x13\n" +
+	"\x05fs_id\x18\n" +
+	" \x01(\tR\x04fsId\"\a\n" +
 	"\x05Empty\"3\n" +
 	"\tAttrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\";\n" +
@@ -2301,21 +2329,23 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x14CommitExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x121\n" +
 	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x19\n" +
-	"\bmtime_ns\x18\x03 \x01(\x03R\amtimeNs\"l\n" +
+	"\bmtime_ns\x18\x03 \x01(\x03R\amtimeNs\"\x81\x01\n" +
 	"\x12RegisterOstRequest\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
-	"\x04free\x18\x04 \x01(\x04R\x04free\"\"\n" +
+	"\x04free\x18\x04 \x01(\x04R\x04free\x12\x13\n" +
+	"\x05fs_id\x18\x05 \x01(\tR\x04fsId\"\"\n" +
 	"\x10RegisterOstReply\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\rR\x02id\"\x92\x01\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\"\xa7\x01\n" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04free\x18\x04 \x01(\x04R\x04free\x12\x12\n" +
 	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x16\n" +
-	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\"\x11\n" +
+	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12\x13\n" +
+	"\x05fs_id\x18\a \x01(\tR\x04fsId\"\x11\n" +
 	"\x0fListOstsRequest\":\n" +
 	"\rListOstsReply\x12)\n" +
 	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstInfoR\x04osts*\xba\x01\n" +

@@ -493,6 +493,7 @@ type InfoReply struct {
 	Free          uint64                 `protobuf:"varint,4,opt,name=free,proto3" json:"free,omitempty"`
 	Used          uint64                 `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
 	Chunks        uint64                 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	FsId          string                 `protobuf:"bytes,7,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +570,13 @@ func (x *InfoReply) GetChunks() uint64 {
 	return 0
 }
 
+func (x *InfoReply) GetFsId() string {
+	if x != nil {
+		return x.FsId
+	}
+	return ""
+}
+
 var File_ost_ostpb_ost_proto protoreflect.FileDescriptor
 
 const file_ost_ostpb_ost_proto_rawDesc = "" +
@@ -595,14 +603,15 @@ const file_ost_ostpb_ost_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\v2\x15.shoal.ost.v1.ChunkIdR\x02id\"(\n" +
 	"\x0eStatChunkReply\x12\x16\n" +
 	"\x06length\x18\x01 \x01(\x04R\x06length\"\r\n" +
-	"\vInfoRequest\"\x8b\x01\n" +
+	"\vInfoRequest\"\xa0\x01\n" +
 	"\tInfoReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04free\x18\x04 \x01(\x04R\x04free\x12\x12\n" +
 	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x16\n" +
-	"\x06chunks\x18\x06 \x01(\x04R\x06chunks2\xf9\x02\n" +
+	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12\x13\n" +
+	"\x05fs_id\x18\a \x01(\tR\x04fsId2\xf9\x02\n" +
 	"\x03Ost\x12L\n" +
 	"\n" +
 	"WriteChunk\x12\x1f.shoal.ost.v1.WriteChunkRequest\x1a\x1d.shoal.ost.v1.WriteChunkReply\x12I\n" +

@@ -1,0 +1,331 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// openFile is the one client.File of an inode open in this mount, shared
+// by all its handles.
+type openFile struct {
+	ino   uint64
+	ready chan struct{} // closed when f and err are set
+	f     *client.File  // set before ready is closed; nil when err is set
+	err   error         // open failed; the entry is gone from the table
+
+	// appendMu serialises O_APPEND writes of this mount, so that two
+	// appenders never read the same size.
+	appendMu sync.Mutex
+
+	// Guarded by Mounted.mu.
+	refs    int
+	closing chan struct{} // non-nil once the last reference is gone; closed when f is closed
+}
+
+// fileHandle is the FUSE file handle of one open(2).
+type fileHandle struct {
+	of    *openFile
+	flags uint32 // open flags
+}
+
+// acquire returns the open file of ino with one more reference, opening it
+// when this mount has no handle on it. A file being closed by its last
+// Release is waited for, so that its buffered writes are committed before
+// it is opened again.
+func (m *Mounted) acquire(ctx context.Context, ino uint64) (*openFile, error) {
+	for {
+		m.mu.Lock()
+		of := m.mu.files[ino]
+		switch {
+		case of == nil:
+			of = &openFile{ino: ino, ready: make(chan struct{}), refs: 1}
+			m.mu.files[ino] = of
+			m.mu.Unlock()
+			f, err := m.c.OpenIno(ctx, ino)
+			if err != nil {
+				m.mu.Lock()
+				if m.mu.files[ino] == of {
+					delete(m.mu.files, ino)
+				}
+				m.mu.Unlock()
+			}
+			of.f, of.err = f, err
+			close(of.ready)
+			return of, err
+		case of.closing != nil:
+			closing := of.closing
+			m.mu.Unlock()
+			select {
+			case <-closing:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		default:
+			of.refs++
+			m.mu.Unlock()
+			select {
+			case <-of.ready:
+			case <-ctx.Done():
+				m.release(ctx, of)
+				return nil, ctx.Err()
+			}
+			if of.err != nil {
+				// The opener removed the failed entry; nothing to close.
+				return nil, of.err
+			}
+			return of, nil
+		}
+	}
+}
+
+// pin returns the open file of ino with one more reference when this mount
+// has it open, or nil. Callers that must act on the open file rather than
+// on the MDS (truncate, fsync without a handle) use it and release it when
+// done.
+func (m *Mounted) pin(ctx context.Context, ino uint64) *openFile {
+	m.mu.Lock()
+	of := m.mu.files[ino]
+	if of == nil || of.closing != nil {
+		m.mu.Unlock()
+		if of != nil {
+			// Let the close finish, so that the MDS has its writes.
+			select {
+			case <-of.closing:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	of.refs++
+	m.mu.Unlock()
+	select {
+	case <-of.ready:
+	case <-ctx.Done():
+	}
+	select {
+	case <-of.ready:
+		if of.err == nil {
+			return of
+		}
+		return nil
+	default:
+		m.release(ctx, of)
+		return nil
+	}
+}
+
+// release drops one reference to of; the last one closes the client File,
+// which flushes its buffered writes.
+func (m *Mounted) release(ctx context.Context, of *openFile) {
+	m.mu.Lock()
+	of.refs--
+	if of.refs > 0 {
+		m.mu.Unlock()
+		return
+	}
+	of.closing = make(chan struct{})
+	m.mu.Unlock()
+
+	<-of.ready
+	if of.f != nil {
+		if err := of.f.Close(ctx); err != nil {
+			// Release has no caller to tell: close(2) already got the
+			// result of its FLUSH. This is a write lost since then.
+			m.log.Warn("close file", "ino", of.ino, "err", err)
+		}
+	}
+	m.mu.Lock()
+	if m.mu.files[of.ino] == of {
+		delete(m.mu.files, of.ino)
+	}
+	m.mu.Unlock()
+	close(of.closing)
+}
+
+// Open opens the regular file n.
+func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	ctx = detach(ctx)
+	ino := n.ino()
+	of, err := n.m.acquire(ctx, ino)
+	if err != nil {
+		return nil, 0, n.m.errno("open", ino, err)
+	}
+	// The kernel strips O_TRUNC from OPEN (go-fuse does not ask for
+	// atomic O_TRUNC) and sends a SETATTR instead, but honour it if it
+	// ever arrives.
+	if flags&syscall.O_TRUNC != 0 && of.f.Size() > 0 {
+		if err := of.f.Truncate(ctx, 0); err != nil {
+			n.m.release(ctx, of)
+			return nil, 0, n.m.errno("open", ino, err)
+		}
+	}
+	n.opens.Add(1)
+	return &fileHandle{of: of, flags: flags}, 0, 0
+}
+
+// handleOf returns the open file behind a FUSE file handle, or nil when f
+// is not a file handle of this package.
+func handleOf(f gofs.FileHandle) *fileHandle {
+	h, _ := f.(*fileHandle)
+	return h
+}
+
+// Read reads from the shared client File; bytes written through this
+// mount and not yet flushed are included.
+func (n *node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	ctx = detach(ctx)
+	h := handleOf(f)
+	if h == nil {
+		return nil, syscall.EBADF
+	}
+	nr, err := h.of.f.ReadAt(ctx, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, n.m.errno("read", n.ino(), err)
+	}
+	return gofuse.ReadResultData(dest[:nr]), 0
+}
+
+// Write buffers data in the shared client File. With O_APPEND the data
+// goes at the end of the file as this mount sees it, whatever offset the
+// kernel computed from its cached size.
+func (n *node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	return n.Writev(ctx, f, [][]byte{data}, off)
+}
+
+// Writev is Write for data the kernel split into several buffers.
+func (n *node) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off int64) (uint32, syscall.Errno) {
+	ctx = detach(ctx)
+	h := handleOf(f)
+	if h == nil {
+		return 0, syscall.EBADF
+	}
+	if h.flags&syscall.O_APPEND != 0 {
+		h.of.appendMu.Lock()
+		defer h.of.appendMu.Unlock()
+		off = h.of.f.Size()
+	}
+	var written uint32
+	for _, d := range data {
+		w, err := h.of.f.WriteAt(ctx, d, off)
+		written += uint32(w)
+		off += int64(w)
+		if err != nil {
+			if written > 0 {
+				return written, 0 // a short write; the next one reports the error
+			}
+			return 0, n.m.errno("write", n.ino(), err)
+		}
+	}
+	return written, 0
+}
+
+// Flush runs at every close(2) of a descriptor: it makes the file's
+// writes durable, so that an open on any client sees them (close-to-open).
+func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	ctx = detach(ctx)
+	h := handleOf(f)
+	if h == nil {
+		return 0
+	}
+	if err := h.of.f.Fsync(ctx); err != nil {
+		return n.m.errno("flush", n.ino(), err)
+	}
+	return 0
+}
+
+// Fsync makes the file's writes durable. On a directory it has nothing to
+// do: every namespace change is durable in the MDS when it returns.
+func (n *node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	ctx = detach(ctx)
+	var of *openFile
+	if h := handleOf(f); h != nil {
+		of = h.of
+	} else {
+		if of = n.m.pin(ctx, n.ino()); of == nil {
+			return 0
+		}
+		defer n.m.release(ctx, of)
+	}
+	if err := of.f.Fsync(ctx); err != nil {
+		return n.m.errno("fsync", n.ino(), err)
+	}
+	return 0
+}
+
+// Release drops the handle's reference to the shared client File; the last
+// one closes it.
+func (n *node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	if h := handleOf(f); h != nil {
+		n.opens.Add(-1)
+		// RELEASE cannot be interrupted and its result reaches nobody:
+		// close with a context that outlives it.
+		n.m.release(context.WithoutCancel(ctx), h.of)
+	}
+	return 0
+}
+
+// Allocate implements fallocate(2) modes 0 and FALLOC_FL_KEEP_SIZE. Shoal
+// cannot reserve space ahead of writes, so both only do what is visible:
+// mode 0 grows the file to off+size (the new bytes read as zeros), and
+// KEEP_SIZE does nothing. Doing so keeps posix_fallocate(3) from falling
+// back to writing zeros over the network. Other modes (punching holes,
+// zeroing, collapsing ranges) are not supported.
+func (n *node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	ctx = detach(ctx)
+	h := handleOf(f)
+	if h == nil {
+		return syscall.EBADF
+	}
+	switch mode {
+	case 0:
+		end := off + size
+		if end < off || end > uint64(client.MaxFileSize) {
+			return syscall.EFBIG
+		}
+		if int64(end) <= h.of.f.Size() {
+			return 0
+		}
+		if err := h.of.f.Truncate(ctx, int64(end)); err != nil {
+			return n.m.errno("fallocate", n.ino(), err)
+		}
+		return 0
+	case unix.FALLOC_FL_KEEP_SIZE:
+		return 0
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
+// whences itself). Holes are not tracked: the whole file is data.
+func (n *node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	ctx = detach(ctx)
+	var size int64
+	if h := handleOf(f); h != nil {
+		size = h.of.f.Size()
+	} else {
+		a, errno := n.getattr(ctx)
+		if errno != 0 {
+			return 0, errno
+		}
+		size = int64(a.GetSize())
+	}
+	if int64(off) < 0 || int64(off) >= size {
+		return 0, syscall.ENXIO
+	}
+	switch whence {
+	case unix.SEEK_DATA:
+		return off, 0
+	case unix.SEEK_HOLE:
+		return uint64(size), 0
+	}
+	return 0, syscall.EINVAL
+}

@@ -1,0 +1,51 @@
+package test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shoalfs/shoal/test/cluster"
+)
+
+// BenchmarkClientSequential writes and reads a 256 MiB file through the
+// client library (no FUSE), 1 MiB calls.
+func BenchmarkClientSequential(b *testing.B) {
+	const size = 256 << 20
+	cl := cluster.Start(b, cluster.Options{})
+	c := cl.Client()
+	ctx := context.Background()
+	buf := randBytes(1, 1<<20)
+	b.Run("write", func(b *testing.B) {
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			f, err := c.Create(ctx, "/seq", 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for off := int64(0); off < size; off += int64(len(buf)) {
+				if _, err := f.WriteAt(ctx, buf, off); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := f.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.SetBytes(size)
+		p := make([]byte, 1<<20)
+		for i := 0; i < b.N; i++ {
+			f, err := cl.Client().Open(ctx, "/seq")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for off := int64(0); off < size; off += int64(len(p)) {
+				if _, err := f.ReadAt(ctx, p, off); err != nil {
+					b.Fatal(err)
+				}
+			}
+			f.Close(ctx)
+		}
+	})
+}
