@@ -46,10 +46,11 @@ type Options struct {
 	// served by reconstruction from the other chunks. Default 10s.
 	ChunkTimeout time.Duration
 	// ReadCacheRows is the number of decoded rows each open file caches for
-	// sequential reads and read-ahead. Default 8.
+	// sequential reads and read-ahead. Default 2*ReadAheadRows+2.
 	ReadCacheRows int
 	// ReadAheadRows is how many rows ahead a sequential reader prefetches.
-	// Default 2.
+	// Default 8 (32 MiB for RS 4+2 with 1 MiB cells): measured with
+	// BenchmarkClientSequential, 2 rows gave 505 MB/s, 4 588, 8 768, 16 852.
 	ReadAheadRows int
 }
 
@@ -69,13 +70,13 @@ func (o *Options) setDefaults() error {
 	if o.ChunkTimeout <= 0 {
 		o.ChunkTimeout = 10 * time.Second
 	}
-	if o.ReadCacheRows <= 0 {
-		o.ReadCacheRows = 8
-	}
 	if o.ReadAheadRows < 0 {
 		o.ReadAheadRows = 0
 	} else if o.ReadAheadRows == 0 {
-		o.ReadAheadRows = 2
+		o.ReadAheadRows = 8
+	}
+	if o.ReadCacheRows <= 0 {
+		o.ReadCacheRows = 2*o.ReadAheadRows + 2
 	}
 	return nil
 }

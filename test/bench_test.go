@@ -2,6 +2,10 @@ package test
 
 import (
 	"context"
+	"os"
+	"strconv"
+
+	"github.com/shoalfs/shoal/client"
 	"testing"
 
 	"github.com/shoalfs/shoal/test/cluster"
@@ -11,7 +15,7 @@ import (
 // client library (no FUSE), 1 MiB calls.
 func BenchmarkClientSequential(b *testing.B) {
 	const size = 256 << 20
-	cl := cluster.Start(b, cluster.Options{})
+	cl := cluster.Start(b, cluster.Options{Client: benchClientOptions()})
 	c := cl.Client()
 	ctx := context.Background()
 	buf := randBytes(1, 1<<20)
@@ -48,4 +52,15 @@ func BenchmarkClientSequential(b *testing.B) {
 			f.Close(ctx)
 		}
 	})
+}
+
+func benchClientOptions() client.Options {
+	var o client.Options
+	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_UPLOADS")); err == nil {
+		o.UploadsPerFile = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_READAHEAD")); err == nil {
+		o.ReadAheadRows, o.ReadCacheRows = v, 2*v+2
+	}
+	return o
 }

@@ -41,7 +41,7 @@ the same --dir shows the same files.`,
 	cmd.Flags().StringVar(&f.dir, "dir", "./shoal-data", "directory holding the MDS database and the OSTs")
 	cmd.Flags().StringVar(&f.mount, "mount", "", "mount point (empty: do not mount)")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:0", "MDS address (port 0 picks one)")
-	cmd.Flags().StringVar(&f.metrics, "metrics", "", "address to serve Prometheus /metrics on (empty: off)")
+	cmd.Flags().StringVar(&f.metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	cmd.Flags().IntVar(&f.osts, "osts", 6, "number of OSTs")
 	cmd.Flags().IntVar(&f.k, "k", layout.Default.K, "data cells per row of the root directory's layout (first start only)")
 	cmd.Flags().IntVar(&f.m, "m", layout.Default.M, "parity cells per row of the root directory's layout (first start only)")

@@ -47,7 +47,7 @@ func newMountCmd(g *globals) *cobra.Command {
 	}
 	mdsFlag(cmd, &mdsAddr)
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics on (empty: off)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	return cmd
 }
 

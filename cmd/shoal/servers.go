@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,7 +45,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the MDS database (required)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7700", "address to serve gRPC on")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics on (empty: off)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	cmd.MarkFlagRequired("dir")
 	return cmd
 }
@@ -76,7 +77,7 @@ func newOSTCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "directory holding the chunks (required)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve gRPC on")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients reach this OST at (default: the listen address)")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics on (empty: off)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	mdsFlag(cmd, &mdsAddr)
 	cmd.MarkFlagRequired("dir")
 	return cmd
@@ -114,6 +115,9 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prome
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.ListenAndServe(); err != nil && err != http.ErrServerClosed {
