@@ -86,14 +86,11 @@ func encodeChunks(lo layout.Layout, data []byte) ([][]byte, error) {
 // writeChunks encodes and writes every chunk of ext. It returns the OSTs
 // whose write failed.
 func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte) ([]uint32, error) {
-	lo, err := layoutOf(ext.GetLayout())
+	g, err := extentGeom(ext)
 	if err != nil {
 		return nil, err
 	}
-	if len(ext.GetOsts()) != lo.Shards() {
-		return nil, fmt.Errorf("extent %d: placement has %d OSTs for %v: %w", ext.GetId(), len(ext.GetOsts()), lo, errs.ErrInvalid)
-	}
-	chunks, err := encodeChunks(lo, data)
+	chunks, err := encodeChunks(g.Layout, data)
 	if err != nil {
 		return nil, err
 	}
@@ -167,14 +164,11 @@ func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off, n
 // extent order. It reads the data chunks first; when any fails it reads the
 // others and rebuilds the rows from any k chunks.
 func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64) ([]byte, error) {
-	lo, err := layoutOf(ext.GetLayout())
+	g, err := extentGeom(ext)
 	if err != nil {
 		return nil, err
 	}
-	if len(ext.GetOsts()) != lo.Shards() {
-		return nil, fmt.Errorf("extent %d: placement has %d OSTs for %v: %w", ext.GetId(), len(ext.GetOsts()), lo, errs.ErrInvalid)
-	}
-	g := lo.Geom(int64(ext.GetLength()))
+	lo := g.Layout
 	first, last := g.Row(r0), g.Row(r1-1)
 	cOff := first.ChunkOff
 	cLen := last.ChunkOff + last.Cell - cOff
@@ -267,14 +261,10 @@ func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64) 
 // read per piece; any failure falls back to whole-row reads, which rebuild
 // from parity.
 func (c *Client) readExact(ctx context.Context, ext *mdspb.Extent, off int64, buf []byte) error {
-	lo, err := layoutOf(ext.GetLayout())
+	g, err := extentGeom(ext)
 	if err != nil {
 		return err
 	}
-	if len(ext.GetOsts()) != lo.Shards() {
-		return fmt.Errorf("extent %d: placement has %d OSTs for %v: %w", ext.GetId(), len(ext.GetOsts()), lo, errs.ErrInvalid)
-	}
-	g := lo.Geom(int64(ext.GetLength()))
 	pieces, err := g.Pieces(off, int64(len(buf)))
 	if err != nil {
 		return err
@@ -301,4 +291,17 @@ func (c *Client) readExact(ctx context.Context, ext *mdspb.Extent, off int64, bu
 	}
 	copy(buf, rows[off-g.Row(r0).DataOff:])
 	return nil
+}
+
+// extentGeom validates an extent's layout and placement and returns its
+// geometry.
+func extentGeom(ext *mdspb.Extent) (layout.Geometry, error) {
+	lo, err := layoutOf(ext.GetLayout())
+	if err != nil {
+		return layout.Geometry{}, err
+	}
+	if len(ext.GetOsts()) != lo.Shards() {
+		return layout.Geometry{}, fmt.Errorf("extent %d: placement has %d OSTs for %v: %w", ext.GetId(), len(ext.GetOsts()), lo, errs.ErrInvalid)
+	}
+	return lo.Geom(int64(ext.GetLength())), nil
 }

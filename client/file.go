@@ -335,9 +335,9 @@ func abs(x int64) int64 {
 
 // readRowsCached reads extent bytes through the row cache.
 func (f *File) readRowsCached(ctx context.Context, ext *mdspb.Extent, eoff int64, dst []byte) error {
-	g := f.lo.Geom(int64(ext.GetLength()))
-	if lo, err := layoutOf(ext.GetLayout()); err == nil {
-		g = lo.Geom(int64(ext.GetLength()))
+	g, err := extentGeom(ext)
+	if err != nil {
+		return err
 	}
 	for len(dst) > 0 {
 		row := g.RowOf(eoff)
@@ -361,11 +361,10 @@ func (f *File) readAheadLocked(end int64) {
 	}
 	limit := min(end+ahead, f.size)
 	for _, r := range f.ext.overlapping(uint64(end), uint64(limit)) {
-		lo, err := layoutOf(r.GetExtent().GetLayout())
+		g, err := extentGeom(r.GetExtent())
 		if err != nil {
 			continue
 		}
-		g := lo.Geom(int64(r.GetExtent().GetLength()))
 		s := max(end, int64(r.GetFileOff()))
 		e := min(limit, int64(refEnd(r)))
 		for x := s; x < e; {
