@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -34,6 +35,9 @@ type File struct {
 	cancel context.CancelFunc
 
 	lastEnd atomic.Int64 // end of the last read, for sequential detection
+	// atimeDue is set at open when the first read must update atime
+	// (relatime rules); the first read clears it and updates the MDS.
+	atimeDue atomic.Bool
 	rows    rowCache
 
 	// mu guards the fields below. Reads hold it shared for their whole
@@ -85,6 +89,7 @@ func (c *Client) OpenIno(ctx context.Context, ino uint64) (*File, error) {
 	}
 	f.cond = sync.NewCond(&f.mu)
 	f.rows.init(c.opts.ReadCacheRows)
+	f.atimeDue.Store(relatimeDue(a, time.Now()))
 	return f, nil
 }
 
@@ -273,6 +278,11 @@ func (f *File) Close(ctx context.Context) error {
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read at %d: %w", off, errs.ErrInvalid)
+	}
+	if f.atimeDue.Load() && f.atimeDue.CompareAndSwap(true, false) {
+		// Best effort, as a local file system's atime is: a failure here
+		// must not fail the read.
+		f.c.mds.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: f.ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_ATIME_READ)})
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -471,4 +481,12 @@ func (rc *rowCache) get(ctx context.Context, c *Client, ext *mdspb.Extent, row i
 
 func (rc *rowCache) prefetch(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) {
 	rc.start(ctx, c, ext, row)
+}
+
+// relatimeDue reports whether a read should update atime, by Linux's
+// relatime rules: atime is not newer than mtime or ctime, or is more than a
+// day old.
+func relatimeDue(a *mdspb.Attr, now time.Time) bool {
+	at := a.GetAtimeNs()
+	return at <= a.GetMtimeNs() || at <= a.GetCtimeNs() || now.UnixNano()-at > int64(24*time.Hour)
 }

@@ -127,7 +127,7 @@ func (s *Server) GetAttr(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mds
 
 const setAttrAll = uint32(mdspb.SetAttrBits_SETATTR_MODE | mdspb.SetAttrBits_SETATTR_UID |
 	mdspb.SetAttrBits_SETATTR_GID | mdspb.SetAttrBits_SETATTR_SIZE | mdspb.SetAttrBits_SETATTR_ATIME |
-	mdspb.SetAttrBits_SETATTR_MTIME | mdspb.SetAttrBits_SETATTR_ATIME_NOW | mdspb.SetAttrBits_SETATTR_MTIME_NOW)
+	mdspb.SetAttrBits_SETATTR_MTIME | mdspb.SetAttrBits_SETATTR_ATIME_NOW | mdspb.SetAttrBits_SETATTR_MTIME_NOW | mdspb.SetAttrBits_SETATTR_ATIME_READ)
 
 // SetAttr changes the attributes named by req.valid. A size change of a
 // regular file truncates its extent map; growing only sets the size.
@@ -180,7 +180,7 @@ func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mds
 			a.Gid = req.GetGid()
 		}
 		switch {
-		case has(mdspb.SetAttrBits_SETATTR_ATIME_NOW):
+		case has(mdspb.SetAttrBits_SETATTR_ATIME_NOW), has(mdspb.SetAttrBits_SETATTR_ATIME_READ):
 			a.AtimeNs = t.now
 		case has(mdspb.SetAttrBits_SETATTR_ATIME):
 			a.AtimeNs = req.GetAtimeNs()
@@ -191,7 +191,9 @@ func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mds
 		case has(mdspb.SetAttrBits_SETATTR_MTIME):
 			a.MtimeNs = req.GetMtimeNs()
 		}
-		a.CtimeNs = t.now
+		if valid != uint32(mdspb.SetAttrBits_SETATTR_ATIME_READ) {
+			a.CtimeNs = t.now
+		}
 		t.touch(n)
 		out = attrReply(n)
 		return nil

@@ -23,7 +23,7 @@ type localFlags struct {
 	dir, mount, listen, metrics string
 	osts, k, m                  int
 	unit                        int64
-	debug                       bool
+	debug, allowOther           bool
 }
 
 func newLocalCmd(g *globals) *cobra.Command {
@@ -47,6 +47,7 @@ the same --dir shows the same files.`,
 	cmd.Flags().IntVar(&f.m, "m", layout.Default.M, "parity cells per row of the root directory's layout (first start only)")
 	cmd.Flags().Int64Var(&f.unit, "unit", layout.Default.Unit, "cell size in bytes of the root directory's layout (first start only)")
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log every FUSE request")
+	allowOtherFlag(cmd, &f.allowOther)
 	return cmd
 }
 
@@ -125,7 +126,7 @@ func runLocal(g *globals, f *localFlags) error {
 		return err
 	}
 	defer c.Close()
-	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug})
+	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug, AllowOther: f.allowOther})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 func newMountCmd(g *globals) *cobra.Command {
 	var mdsAddr, metrics string
-	var debug bool
+	var debug, allowOther bool
 	cmd := &cobra.Command{
 		Use:   "mount MOUNTPOINT",
 		Short: "Mount a Shoal file system with FUSE",
@@ -36,7 +36,7 @@ func newMountCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			m, err := fuse.Mount(ctx, args[0], fuse.Options{Client: c, Logger: log, Debug: debug})
+			m, err := fuse.Mount(ctx, args[0], fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther})
 			if err != nil {
 				return err
 			}
@@ -47,6 +47,7 @@ func newMountCmd(g *globals) *cobra.Command {
 	}
 	mdsFlag(cmd, &mdsAddr)
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	allowOtherFlag(cmd, &allowOther)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	return cmd
 }
@@ -78,4 +79,11 @@ func waitUnmount(log *slog.Logger, m *fuse.Mounted) error {
 		log.Error("unmount", "err", err)
 		return err
 	}
+}
+
+// allowOtherFlag adds --allow-other: on by default for root, so that every
+// user of the node can use the mount (permissions are still checked).
+func allowOtherFlag(cmd *cobra.Command, dst *bool) {
+	cmd.Flags().BoolVar(dst, "allow-other", os.Geteuid() == 0,
+		"let users other than the one mounting use the mount (default on for root; others need user_allow_other in /etc/fuse.conf)")
 }

@@ -37,6 +37,8 @@ const (
 	SetAttrBits_SETATTR_MTIME     SetAttrBits = 32
 	SetAttrBits_SETATTR_ATIME_NOW SetAttrBits = 64
 	SetAttrBits_SETATTR_MTIME_NOW SetAttrBits = 128
+	// An access by a read (relatime): atime becomes now, ctime is unchanged.
+	SetAttrBits_SETATTR_ATIME_READ SetAttrBits = 256
 )
 
 // Enum value maps for SetAttrBits.
@@ -51,17 +53,19 @@ var (
 		32:  "SETATTR_MTIME",
 		64:  "SETATTR_ATIME_NOW",
 		128: "SETATTR_MTIME_NOW",
+		256: "SETATTR_ATIME_READ",
 	}
 	SetAttrBits_value = map[string]int32{
-		"SETATTR_NONE":      0,
-		"SETATTR_MODE":      1,
-		"SETATTR_UID":       2,
-		"SETATTR_GID":       4,
-		"SETATTR_SIZE":      8,
-		"SETATTR_ATIME":     16,
-		"SETATTR_MTIME":     32,
-		"SETATTR_ATIME_NOW": 64,
-		"SETATTR_MTIME_NOW": 128,
+		"SETATTR_NONE":       0,
+		"SETATTR_MODE":       1,
+		"SETATTR_UID":        2,
+		"SETATTR_GID":        4,
+		"SETATTR_SIZE":       8,
+		"SETATTR_ATIME":      16,
+		"SETATTR_MTIME":      32,
+		"SETATTR_ATIME_NOW":  64,
+		"SETATTR_MTIME_NOW":  128,
+		"SETATTR_ATIME_READ": 256,
 	}
 )
 
@@ -139,6 +143,56 @@ func (x RenameFlags) Number() protoreflect.EnumNumber {
 // Deprecated: Use RenameFlags.Descriptor instead.
 func (RenameFlags) EnumDescriptor() ([]byte, []int) {
 	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{1}
+}
+
+// SetXattrFlags are the setxattr(2) flags.
+type SetXattrFlags int32
+
+const (
+	SetXattrFlags_XATTR_NONE    SetXattrFlags = 0
+	SetXattrFlags_XATTR_CREATE  SetXattrFlags = 1 // fail with EXISTS if the name is set
+	SetXattrFlags_XATTR_REPLACE SetXattrFlags = 2 // fail with NO_DATA if the name is not set
+)
+
+// Enum value maps for SetXattrFlags.
+var (
+	SetXattrFlags_name = map[int32]string{
+		0: "XATTR_NONE",
+		1: "XATTR_CREATE",
+		2: "XATTR_REPLACE",
+	}
+	SetXattrFlags_value = map[string]int32{
+		"XATTR_NONE":    0,
+		"XATTR_CREATE":  1,
+		"XATTR_REPLACE": 2,
+	}
+)
+
+func (x SetXattrFlags) Enum() *SetXattrFlags {
+	p := new(SetXattrFlags)
+	*p = x
+	return p
+}
+
+func (x SetXattrFlags) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SetXattrFlags) Descriptor() protoreflect.EnumDescriptor {
+	return file_mds_mdspb_mds_proto_enumTypes[2].Descriptor()
+}
+
+func (SetXattrFlags) Type() protoreflect.EnumType {
+	return &file_mds_mdspb_mds_proto_enumTypes[2]
+}
+
+func (x SetXattrFlags) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SetXattrFlags.Descriptor instead.
+func (SetXattrFlags) EnumDescriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{2}
 }
 
 // Layout is how a file's extents are striped: k data cells and m parity cells
@@ -2195,6 +2249,310 @@ func (x *ListOstsReply) GetOsts() []*OstInfo {
 	return nil
 }
 
+type SetXattrRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Flags         uint32                 `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"` // OR of SetXattrFlags
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetXattrRequest) Reset() {
+	*x = SetXattrRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetXattrRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetXattrRequest) ProtoMessage() {}
+
+func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetXattrRequest.ProtoReflect.Descriptor instead.
+func (*SetXattrRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SetXattrRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SetXattrRequest) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *SetXattrRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SetXattrRequest) GetFlags() uint32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
+type GetXattrRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetXattrRequest) Reset() {
+	*x = GetXattrRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetXattrRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetXattrRequest) ProtoMessage() {}
+
+func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetXattrRequest.ProtoReflect.Descriptor instead.
+func (*GetXattrRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetXattrRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *GetXattrRequest) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+type GetXattrReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         []byte                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetXattrReply) Reset() {
+	*x = GetXattrReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetXattrReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetXattrReply) ProtoMessage() {}
+
+func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetXattrReply.ProtoReflect.Descriptor instead.
+func (*GetXattrReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetXattrReply) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ListXattrRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListXattrRequest) Reset() {
+	*x = ListXattrRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListXattrRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListXattrRequest) ProtoMessage() {}
+
+func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListXattrRequest.ProtoReflect.Descriptor instead.
+func (*ListXattrRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListXattrRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+type ListXattrReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         [][]byte               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListXattrReply) Reset() {
+	*x = ListXattrReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListXattrReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListXattrReply) ProtoMessage() {}
+
+func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListXattrReply.ProtoReflect.Descriptor instead.
+func (*ListXattrReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListXattrReply) GetNames() [][]byte {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type RemoveXattrRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveXattrRequest) Reset() {
+	*x = RemoveXattrRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveXattrRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveXattrRequest) ProtoMessage() {}
+
+func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveXattrRequest.ProtoReflect.Descriptor instead.
+func (*RemoveXattrRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RemoveXattrRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *RemoveXattrRequest) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -2348,7 +2706,24 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05fs_id\x18\a \x01(\tR\x04fsId\"\x11\n" +
 	"\x0fListOstsRequest\":\n" +
 	"\rListOstsReply\x12)\n" +
-	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstInfoR\x04osts*\xba\x01\n" +
+	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstInfoR\x04osts\"c\n" +
+	"\x0fSetXattrRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
+	"\x05flags\x18\x04 \x01(\rR\x05flags\"7\n" +
+	"\x0fGetXattrRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"%\n" +
+	"\rGetXattrReply\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\fR\x05value\"$\n" +
+	"\x10ListXattrRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\"&\n" +
+	"\x0eListXattrReply\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\fR\x05names\":\n" +
+	"\x12RemoveXattrRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name*\xd3\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -2358,12 +2733,17 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\rSETATTR_ATIME\x10\x10\x12\x11\n" +
 	"\rSETATTR_MTIME\x10 \x12\x15\n" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
-	"\x11SETATTR_MTIME_NOW\x10\x80\x01*I\n" +
+	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x17\n" +
+	"\x12SETATTR_ATIME_READ\x10\x80\x02*I\n" +
 	"\vRenameFlags\x12\x0f\n" +
 	"\vRENAME_NONE\x10\x00\x12\x14\n" +
 	"\x10RENAME_NOREPLACE\x10\x01\x12\x13\n" +
-	"\x0fRENAME_EXCHANGE\x10\x022\x98\n" +
+	"\x0fRENAME_EXCHANGE\x10\x02*D\n" +
+	"\rSetXattrFlags\x12\x0e\n" +
 	"\n" +
+	"XATTR_NONE\x10\x00\x12\x10\n" +
+	"\fXATTR_CREATE\x10\x01\x12\x11\n" +
+	"\rXATTR_REPLACE\x10\x022\xb9\f\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -2384,7 +2764,11 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\rCommitExtents\x12\".shoal.mds.v1.CommitExtentsRequest\x1a\x17.shoal.mds.v1.AttrReply\x12O\n" +
 	"\vRegisterOst\x12 .shoal.mds.v1.RegisterOstRequest\x1a\x1e.shoal.mds.v1.RegisterOstReply\x12@\n" +
 	"\tHeartbeat\x12\x1e.shoal.mds.v1.HeartbeatRequest\x1a\x13.shoal.mds.v1.Empty\x12F\n" +
-	"\bListOsts\x12\x1d.shoal.mds.v1.ListOstsRequest\x1a\x1b.shoal.mds.v1.ListOstsReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
+	"\bListOsts\x12\x1d.shoal.mds.v1.ListOstsRequest\x1a\x1b.shoal.mds.v1.ListOstsReply\x12B\n" +
+	"\bSetXattr\x12\x1d.shoal.mds.v1.SetXattrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12F\n" +
+	"\bGetXattr\x12\x1d.shoal.mds.v1.GetXattrRequest\x1a\x1b.shoal.mds.v1.GetXattrReply\x12I\n" +
+	"\tListXattr\x12\x1e.shoal.mds.v1.ListXattrRequest\x1a\x1c.shoal.mds.v1.ListXattrReply\x12H\n" +
+	"\vRemoveXattr\x12 .shoal.mds.v1.RemoveXattrRequest\x1a\x17.shoal.mds.v1.AttrReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
 var (
 	file_mds_mdspb_mds_proto_rawDescOnce sync.Once
@@ -2398,99 +2782,114 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 	return file_mds_mdspb_mds_proto_rawDescData
 }
 
-var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(SetAttrBits)(0),             // 0: shoal.mds.v1.SetAttrBits
 	(RenameFlags)(0),             // 1: shoal.mds.v1.RenameFlags
-	(*Layout)(nil),               // 2: shoal.mds.v1.Layout
-	(*Attr)(nil),                 // 3: shoal.mds.v1.Attr
-	(*Inode)(nil),                // 4: shoal.mds.v1.Inode
-	(*Extent)(nil),               // 5: shoal.mds.v1.Extent
-	(*ExtentRef)(nil),            // 6: shoal.mds.v1.ExtentRef
-	(*DirEntry)(nil),             // 7: shoal.mds.v1.DirEntry
-	(*OstInfo)(nil),              // 8: shoal.mds.v1.OstInfo
-	(*Empty)(nil),                // 9: shoal.mds.v1.Empty
-	(*AttrReply)(nil),            // 10: shoal.mds.v1.AttrReply
-	(*LookupRequest)(nil),        // 11: shoal.mds.v1.LookupRequest
-	(*GetAttrRequest)(nil),       // 12: shoal.mds.v1.GetAttrRequest
-	(*SetAttrRequest)(nil),       // 13: shoal.mds.v1.SetAttrRequest
-	(*CreateRequest)(nil),        // 14: shoal.mds.v1.CreateRequest
-	(*SymlinkRequest)(nil),       // 15: shoal.mds.v1.SymlinkRequest
-	(*ReadlinkReply)(nil),        // 16: shoal.mds.v1.ReadlinkReply
-	(*LinkRequest)(nil),          // 17: shoal.mds.v1.LinkRequest
-	(*UnlinkRequest)(nil),        // 18: shoal.mds.v1.UnlinkRequest
-	(*UnlinkReply)(nil),          // 19: shoal.mds.v1.UnlinkReply
-	(*RenameRequest)(nil),        // 20: shoal.mds.v1.RenameRequest
-	(*ReadDirRequest)(nil),       // 21: shoal.mds.v1.ReadDirRequest
-	(*ReadDirReply)(nil),         // 22: shoal.mds.v1.ReadDirReply
-	(*StatFsRequest)(nil),        // 23: shoal.mds.v1.StatFsRequest
-	(*StatFsReply)(nil),          // 24: shoal.mds.v1.StatFsReply
-	(*GetExtentsRequest)(nil),    // 25: shoal.mds.v1.GetExtentsRequest
-	(*GetExtentsReply)(nil),      // 26: shoal.mds.v1.GetExtentsReply
-	(*AllocExtentsRequest)(nil),  // 27: shoal.mds.v1.AllocExtentsRequest
-	(*AllocExtentsReply)(nil),    // 28: shoal.mds.v1.AllocExtentsReply
-	(*CommitExtentsRequest)(nil), // 29: shoal.mds.v1.CommitExtentsRequest
-	(*RegisterOstRequest)(nil),   // 30: shoal.mds.v1.RegisterOstRequest
-	(*RegisterOstReply)(nil),     // 31: shoal.mds.v1.RegisterOstReply
-	(*HeartbeatRequest)(nil),     // 32: shoal.mds.v1.HeartbeatRequest
-	(*ListOstsRequest)(nil),      // 33: shoal.mds.v1.ListOstsRequest
-	(*ListOstsReply)(nil),        // 34: shoal.mds.v1.ListOstsReply
+	(SetXattrFlags)(0),           // 2: shoal.mds.v1.SetXattrFlags
+	(*Layout)(nil),               // 3: shoal.mds.v1.Layout
+	(*Attr)(nil),                 // 4: shoal.mds.v1.Attr
+	(*Inode)(nil),                // 5: shoal.mds.v1.Inode
+	(*Extent)(nil),               // 6: shoal.mds.v1.Extent
+	(*ExtentRef)(nil),            // 7: shoal.mds.v1.ExtentRef
+	(*DirEntry)(nil),             // 8: shoal.mds.v1.DirEntry
+	(*OstInfo)(nil),              // 9: shoal.mds.v1.OstInfo
+	(*Empty)(nil),                // 10: shoal.mds.v1.Empty
+	(*AttrReply)(nil),            // 11: shoal.mds.v1.AttrReply
+	(*LookupRequest)(nil),        // 12: shoal.mds.v1.LookupRequest
+	(*GetAttrRequest)(nil),       // 13: shoal.mds.v1.GetAttrRequest
+	(*SetAttrRequest)(nil),       // 14: shoal.mds.v1.SetAttrRequest
+	(*CreateRequest)(nil),        // 15: shoal.mds.v1.CreateRequest
+	(*SymlinkRequest)(nil),       // 16: shoal.mds.v1.SymlinkRequest
+	(*ReadlinkReply)(nil),        // 17: shoal.mds.v1.ReadlinkReply
+	(*LinkRequest)(nil),          // 18: shoal.mds.v1.LinkRequest
+	(*UnlinkRequest)(nil),        // 19: shoal.mds.v1.UnlinkRequest
+	(*UnlinkReply)(nil),          // 20: shoal.mds.v1.UnlinkReply
+	(*RenameRequest)(nil),        // 21: shoal.mds.v1.RenameRequest
+	(*ReadDirRequest)(nil),       // 22: shoal.mds.v1.ReadDirRequest
+	(*ReadDirReply)(nil),         // 23: shoal.mds.v1.ReadDirReply
+	(*StatFsRequest)(nil),        // 24: shoal.mds.v1.StatFsRequest
+	(*StatFsReply)(nil),          // 25: shoal.mds.v1.StatFsReply
+	(*GetExtentsRequest)(nil),    // 26: shoal.mds.v1.GetExtentsRequest
+	(*GetExtentsReply)(nil),      // 27: shoal.mds.v1.GetExtentsReply
+	(*AllocExtentsRequest)(nil),  // 28: shoal.mds.v1.AllocExtentsRequest
+	(*AllocExtentsReply)(nil),    // 29: shoal.mds.v1.AllocExtentsReply
+	(*CommitExtentsRequest)(nil), // 30: shoal.mds.v1.CommitExtentsRequest
+	(*RegisterOstRequest)(nil),   // 31: shoal.mds.v1.RegisterOstRequest
+	(*RegisterOstReply)(nil),     // 32: shoal.mds.v1.RegisterOstReply
+	(*HeartbeatRequest)(nil),     // 33: shoal.mds.v1.HeartbeatRequest
+	(*ListOstsRequest)(nil),      // 34: shoal.mds.v1.ListOstsRequest
+	(*ListOstsReply)(nil),        // 35: shoal.mds.v1.ListOstsReply
+	(*SetXattrRequest)(nil),      // 36: shoal.mds.v1.SetXattrRequest
+	(*GetXattrRequest)(nil),      // 37: shoal.mds.v1.GetXattrRequest
+	(*GetXattrReply)(nil),        // 38: shoal.mds.v1.GetXattrReply
+	(*ListXattrRequest)(nil),     // 39: shoal.mds.v1.ListXattrRequest
+	(*ListXattrReply)(nil),       // 40: shoal.mds.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),   // 41: shoal.mds.v1.RemoveXattrRequest
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
-	2,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
-	3,  // 1: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
-	2,  // 2: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
-	5,  // 3: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
-	3,  // 4: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
-	2,  // 5: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
-	3,  // 6: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
-	7,  // 7: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	3,  // 8: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 9: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	5,  // 10: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	6,  // 11: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	8,  // 12: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	11, // 13: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	12, // 14: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	13, // 15: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	14, // 16: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	14, // 17: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	15, // 18: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	12, // 19: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	17, // 20: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	18, // 21: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	18, // 22: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	20, // 23: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	21, // 24: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	23, // 25: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	25, // 26: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	27, // 27: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	29, // 28: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	30, // 29: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	32, // 30: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	33, // 31: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	10, // 32: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	10, // 33: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	10, // 34: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	10, // 35: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	10, // 36: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	10, // 37: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	16, // 38: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	10, // 39: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	19, // 40: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	9,  // 41: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	9,  // 42: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	22, // 43: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	24, // 44: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	26, // 45: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	28, // 46: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	10, // 47: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	31, // 48: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	9,  // 49: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	34, // 50: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	32, // [32:51] is the sub-list for method output_type
-	13, // [13:32] is the sub-list for method input_type
+	3,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
+	4,  // 1: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
+	3,  // 2: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
+	6,  // 3: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
+	4,  // 4: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
+	3,  // 5: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
+	4,  // 6: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
+	8,  // 7: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	4,  // 8: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	7,  // 9: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	6,  // 10: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	7,  // 11: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	9,  // 12: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	12, // 13: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	13, // 14: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	14, // 15: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	15, // 16: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	15, // 17: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	16, // 18: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	13, // 19: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 20: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	19, // 21: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	19, // 22: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	21, // 23: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	22, // 24: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	24, // 25: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	26, // 26: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	28, // 27: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	30, // 28: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	31, // 29: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	33, // 30: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	34, // 31: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	36, // 32: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	37, // 33: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	39, // 34: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	41, // 35: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	11, // 36: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	11, // 37: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	11, // 38: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	11, // 39: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	11, // 40: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	11, // 41: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	17, // 42: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	11, // 43: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	20, // 44: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	10, // 45: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	10, // 46: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	23, // 47: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	25, // 48: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	27, // 49: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	29, // 50: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	11, // 51: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	32, // 52: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	10, // 53: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	35, // 54: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	11, // 55: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	38, // 56: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	40, // 57: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	11, // 58: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	36, // [36:59] is the sub-list for method output_type
+	13, // [13:36] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -2506,8 +2905,8 @@ func file_mds_mdspb_mds_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   33,
+			NumEnums:      3,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,10 @@ const (
 	Mds_RegisterOst_FullMethodName   = "/shoal.mds.v1.Mds/RegisterOst"
 	Mds_Heartbeat_FullMethodName     = "/shoal.mds.v1.Mds/Heartbeat"
 	Mds_ListOsts_FullMethodName      = "/shoal.mds.v1.Mds/ListOsts"
+	Mds_SetXattr_FullMethodName      = "/shoal.mds.v1.Mds/SetXattr"
+	Mds_GetXattr_FullMethodName      = "/shoal.mds.v1.Mds/GetXattr"
+	Mds_ListXattr_FullMethodName     = "/shoal.mds.v1.Mds/ListXattr"
+	Mds_RemoveXattr_FullMethodName   = "/shoal.mds.v1.Mds/RemoveXattr"
 )
 
 // MdsClient is the client API for Mds service.
@@ -66,6 +70,11 @@ type MdsClient interface {
 	RegisterOst(ctx context.Context, in *RegisterOstRequest, opts ...grpc.CallOption) (*RegisterOstReply, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*Empty, error)
 	ListOsts(ctx context.Context, in *ListOstsRequest, opts ...grpc.CallOption) (*ListOstsReply, error)
+	// xattrs
+	SetXattr(ctx context.Context, in *SetXattrRequest, opts ...grpc.CallOption) (*AttrReply, error)
+	GetXattr(ctx context.Context, in *GetXattrRequest, opts ...grpc.CallOption) (*GetXattrReply, error)
+	ListXattr(ctx context.Context, in *ListXattrRequest, opts ...grpc.CallOption) (*ListXattrReply, error)
+	RemoveXattr(ctx context.Context, in *RemoveXattrRequest, opts ...grpc.CallOption) (*AttrReply, error)
 }
 
 type mdsClient struct {
@@ -266,6 +275,46 @@ func (c *mdsClient) ListOsts(ctx context.Context, in *ListOstsRequest, opts ...g
 	return out, nil
 }
 
+func (c *mdsClient) SetXattr(ctx context.Context, in *SetXattrRequest, opts ...grpc.CallOption) (*AttrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttrReply)
+	err := c.cc.Invoke(ctx, Mds_SetXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) GetXattr(ctx context.Context, in *GetXattrRequest, opts ...grpc.CallOption) (*GetXattrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetXattrReply)
+	err := c.cc.Invoke(ctx, Mds_GetXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) ListXattr(ctx context.Context, in *ListXattrRequest, opts ...grpc.CallOption) (*ListXattrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListXattrReply)
+	err := c.cc.Invoke(ctx, Mds_ListXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) RemoveXattr(ctx context.Context, in *RemoveXattrRequest, opts ...grpc.CallOption) (*AttrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttrReply)
+	err := c.cc.Invoke(ctx, Mds_RemoveXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MdsServer is the server API for Mds service.
 // All implementations must embed UnimplementedMdsServer
 // for forward compatibility.
@@ -289,6 +338,11 @@ type MdsServer interface {
 	RegisterOst(context.Context, *RegisterOstRequest) (*RegisterOstReply, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*Empty, error)
 	ListOsts(context.Context, *ListOstsRequest) (*ListOstsReply, error)
+	// xattrs
+	SetXattr(context.Context, *SetXattrRequest) (*AttrReply, error)
+	GetXattr(context.Context, *GetXattrRequest) (*GetXattrReply, error)
+	ListXattr(context.Context, *ListXattrRequest) (*ListXattrReply, error)
+	RemoveXattr(context.Context, *RemoveXattrRequest) (*AttrReply, error)
 	mustEmbedUnimplementedMdsServer()
 }
 
@@ -355,6 +409,18 @@ func (UnimplementedMdsServer) Heartbeat(context.Context, *HeartbeatRequest) (*Em
 }
 func (UnimplementedMdsServer) ListOsts(context.Context, *ListOstsRequest) (*ListOstsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOsts not implemented")
+}
+func (UnimplementedMdsServer) SetXattr(context.Context, *SetXattrRequest) (*AttrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetXattr not implemented")
+}
+func (UnimplementedMdsServer) GetXattr(context.Context, *GetXattrRequest) (*GetXattrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetXattr not implemented")
+}
+func (UnimplementedMdsServer) ListXattr(context.Context, *ListXattrRequest) (*ListXattrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListXattr not implemented")
+}
+func (UnimplementedMdsServer) RemoveXattr(context.Context, *RemoveXattrRequest) (*AttrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveXattr not implemented")
 }
 func (UnimplementedMdsServer) mustEmbedUnimplementedMdsServer() {}
 func (UnimplementedMdsServer) testEmbeddedByValue()             {}
@@ -719,6 +785,78 @@ func _Mds_ListOsts_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_SetXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetXattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).SetXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_SetXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).SetXattr(ctx, req.(*SetXattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_GetXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetXattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).GetXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_GetXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).GetXattr(ctx, req.(*GetXattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_ListXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListXattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).ListXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_ListXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).ListXattr(ctx, req.(*ListXattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_RemoveXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveXattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).RemoveXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_RemoveXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).RemoveXattr(ctx, req.(*RemoveXattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mds_ServiceDesc is the grpc.ServiceDesc for Mds service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -801,6 +939,22 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOsts",
 			Handler:    _Mds_ListOsts_Handler,
+		},
+		{
+			MethodName: "SetXattr",
+			Handler:    _Mds_SetXattr_Handler,
+		},
+		{
+			MethodName: "GetXattr",
+			Handler:    _Mds_GetXattr_Handler,
+		},
+		{
+			MethodName: "ListXattr",
+			Handler:    _Mds_ListXattr_Handler,
+		},
+		{
+			MethodName: "RemoveXattr",
+			Handler:    _Mds_RemoveXattr_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

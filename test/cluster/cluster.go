@@ -34,6 +34,9 @@ type Options struct {
 	Client client.Options
 	// Log to the test log (noisy); default discards.
 	Verbose bool
+	// AllowOther mounts with allow_other, so that tests can act as other
+	// users (setpriv) on mounts made by root.
+	AllowOther bool
 }
 
 // Cluster is a running test cluster.

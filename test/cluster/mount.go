@@ -18,7 +18,7 @@ func (c *Cluster) Mount() string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	m, err := fuse.Mount(c.ctx(), dir, fuse.Options{Client: c.Client(), Logger: c.log.With("proc", "fuse")})
+	m, err := fuse.Mount(c.ctx(), dir, fuse.Options{Client: c.Client(), Logger: c.log.With("proc", "fuse"), AllowOther: c.opts.AllowOther})
 	if err != nil {
 		c.t.Fatalf("mount: %v", err)
 	}
