@@ -26,9 +26,9 @@ test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
 # generate rebuilds the gRPC code from the .proto files with buf and local
-# plugins pinned in tools/go.mod: no network once the module cache is warm.
+# plugins pinned in tools/pins/go.mod: no network once the module cache is warm.
 generate:
-	$(GO) tool -modfile=tools/go.mod buf generate
+	$(GO) tool -modfile=tools/pins/go.mod buf generate
 
 check-generate: generate
 	@git diff --exit-code -- '*.pb.go' || (echo "generated code is stale: run make generate and commit" >&2; exit 1)
