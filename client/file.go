@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -33,12 +34,13 @@ type File struct {
 
 	ctx    context.Context // uploads and read-ahead; cancelled by Close
 	cancel context.CancelFunc
+	handle *handle // the open as announced to the MDS
 
 	lastEnd atomic.Int64 // end of the last read, for sequential detection
 	// atimeDue is set at open when the first read must update atime
 	// (relatime rules); the first read clears it and updates the MDS.
 	atimeDue atomic.Bool
-	rows    rowCache
+	rows     rowCache
 
 	// mu guards the fields below. Reads hold it shared for their whole
 	// duration, so a commit can never move data between the committed map
@@ -65,7 +67,21 @@ type upload struct {
 }
 
 // OpenIno opens the regular file ino.
-func (c *Client) OpenIno(ctx context.Context, ino uint64) (*File, error) {
+//
+// The open is announced to the MDS (in the client's session) before the
+// extent map is read, and released by Close: while it is open, removing
+// the file's last name keeps its data, which stays readable and writable
+// through the File.
+func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
+	h, err := c.openHandle(ctx, ino)
+	if err != nil {
+		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+	}
+	defer func() {
+		if err != nil {
+			c.releaseHandle(ctx, h)
+		}
+	}()
 	r, err := c.mds.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: ino})
 	if err != nil {
 		return nil, fmt.Errorf("open inode %d: %w", ino, err)
@@ -84,7 +100,7 @@ func (c *Client) OpenIno(ctx context.Context, ino uint64) (*File, error) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &File{
 		c: c, ino: ino, lo: lo, extMax: int64(c.opts.ExtentRows) * lo.RowData(),
-		ctx: fctx, cancel: cancel,
+		ctx: fctx, cancel: cancel, handle: h,
 		ext: extentMap(r.GetExtents()), size: int64(a.GetSize()),
 	}
 	f.cond = sync.NewCond(&f.mu)
@@ -270,6 +286,9 @@ func (f *File) Close(ctx context.Context) error {
 	f.closed = true
 	f.cancel()
 	f.rows.clear()
+	if rerr := f.c.releaseHandle(ctx, f.handle); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("release inode %d: %w", f.ino, rerr))
+	}
 	return err
 }
 

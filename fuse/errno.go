@@ -33,6 +33,9 @@ var errnoTable = []struct {
 	{errs.ErrNotSupported, syscall.EOPNOTSUPP},
 	{errs.ErrTooLarge, syscall.EFBIG},
 	{errs.ErrLoop, syscall.ELOOP},
+	{errs.ErrNoData, syscall.ENODATA},
+	{errs.ErrRange, syscall.ERANGE},
+	{errs.ErrArgTooBig, syscall.E2BIG},
 	{context.Canceled, syscall.EINTR},
 }
 

@@ -29,6 +29,9 @@ func TestToErrno(t *testing.T) {
 		errs.ErrNotSupported: syscall.EOPNOTSUPP,
 		errs.ErrTooLarge:     syscall.EFBIG,
 		errs.ErrLoop:         syscall.ELOOP,
+		errs.ErrNoData:       syscall.ENODATA,
+		errs.ErrRange:        syscall.ERANGE,
+		errs.ErrArgTooBig:    syscall.E2BIG,
 	}
 	// Every sentinel, bare and wrapped once and twice.
 	for _, s := range errs.All {

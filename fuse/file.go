@@ -25,6 +25,8 @@ type openFile struct {
 	// appendMu serialises O_APPEND writes of this mount, so that two
 	// appenders never read the same size.
 	appendMu sync.Mutex
+	// locks remembers the POSIX lock owners of this mount on the file.
+	locks fileLocks
 
 	// Guarded by Mounted.mu.
 	refs    int
@@ -229,14 +231,22 @@ func (n *node) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off
 }
 
 // Flush runs at every close(2) of a descriptor: it makes the file's
-// writes durable, so that an open on any client sees them (close-to-open).
+// writes durable, so that an open on any client sees them (close-to-open),
+// and releases the POSIX locks of the closing process on the file.
 func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	ro, hasOwner := n.m.requestOwner(ctx)
 	ctx = detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return 0
 	}
-	if err := h.of.f.Fsync(ctx); err != nil {
+	err := h.of.f.Fsync(ctx)
+	if hasOwner && h.of.locks.take(ro.owner) {
+		if uerr := n.m.unlockAll(ctx, n.ino(), ro.owner, client.LockPOSIX); uerr != nil {
+			n.m.log.Warn("release POSIX locks at close", "ino", n.ino(), "err", uerr)
+		}
+	}
+	if err != nil {
 		return n.m.errno("flush", n.ino(), err)
 	}
 	return 0
@@ -265,6 +275,13 @@ func (n *node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 // one closes it.
 func (n *node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 	if h := handleOf(f); h != nil {
+		if ro, ok := n.m.requestOwner(ctx); ok && ro.flock {
+			// The last close of an open file description that took a
+			// flock lock.
+			if err := n.m.unlockAll(context.WithoutCancel(ctx), n.ino(), ro.owner, client.LockFlock); err != nil {
+				n.m.log.Warn("release flock lock at close", "ino", n.ino(), "err", err)
+			}
+		}
 		n.opens.Add(-1)
 		// RELEASE cannot be interrupted and its result reaches nobody:
 		// close with a context that outlives it.

@@ -110,6 +110,7 @@ type Mounted struct {
 	server     *gofuse.Server
 
 	unknown   sync.Map // error kinds already logged at warn level, by "op/type"
+	owners    sync.Map // reqOwner of the FLUSH and RELEASE requests being served, by cancel channel (locks.go)
 	cleanOnce sync.Once
 
 	mu struct {
@@ -146,7 +147,7 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 		MaxWrite:      gofuse.MAX_KERNEL_WRITE, // 1 MiB, the kernel's limit
 		DirectMount:   true,                    // mount(2) as root, else fusermount3
 		DisableXAttrs: false,
-		EnableLocks:   false,
+		EnableLocks:   true, // flock and fcntl locks go to the MDS (locks.go)
 		Options:       []string{"default_permissions"},
 		// go-fuse offers kernel passthrough by default; Shoal serves every
 		// byte itself.
@@ -180,8 +181,8 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		// gofs.Mount blocks until the kernel has answered INIT.
-		s, err := gofs.Mount(abs, &node{m: m}, fsopts)
+		// serve blocks until the kernel has answered INIT.
+		s, err := m.serve(abs, &node{m: m}, fsopts)
 		done <- result{s, err}
 	}()
 	var r result

@@ -426,11 +426,14 @@ func TestMountLargeReadWrite(t *testing.T) {
 }
 
 // posixSkip lists go-fuse posixtest cases that test what Shoal does not do
-// yet, with the reason.
+// (yet), with the reason.
 var posixSkip = map[string]string{
-	"FcntlFlockLocksFile": "POSIX locks are local to the kernel (EnableLocks is off): two descriptors of one process do not conflict",
-	"XAttr":               "extended attributes are not stored yet",
-	"XAttrLarge":          "extended attributes are not stored yet",
+	// The case expects F_SETLK through a second descriptor of the same
+	// process to conflict with the first one's lock: true of the OFD
+	// locks go-fuse's loopback file system takes on its backing file, not
+	// of POSIX, where a process's locks never conflict with each other (as
+	// on ext4, and on Shoal since locks go to the MDS).
+	"FcntlFlockLocksFile": "expects OFD-like semantics; POSIX locks of one process do not conflict",
 }
 
 // TestMountPosix runs go-fuse's posixtest suite on a mount, each case in a

@@ -30,6 +30,9 @@ type node struct {
 	last atomic.Pointer[mdspb.Attr]
 	// opens counts the open file and directory handles of the inode.
 	opens atomic.Int32
+	// noCap caches that the inode has no security.capability, which the
+	// kernel asks for before every write (fuse/xattr.go).
+	noCap capCache
 }
 
 // The operations go-fuse dispatches to a node. Those not listed get
@@ -438,28 +441,4 @@ func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno 
 	out.Ffree = statfsFreeFiles
 	out.NameLen = client.MaxNameLen
 	return 0
-}
-
-// Extended attributes are not stored yet: every inode has none, and
-// setting one is refused with EOPNOTSUPP. (ENOSYS would make the kernel
-// stop asking for good, even once a later version stores them.)
-
-// Getxattr reports that n has no attribute attr.
-func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	return 0, syscall.ENODATA
-}
-
-// Listxattr reports an empty list.
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	return 0, 0
-}
-
-// Setxattr is not supported yet.
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return ToErrno(errs.ErrNotSupported)
-}
-
-// Removexattr reports that n has no attribute attr.
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return syscall.ENODATA
 }

@@ -91,6 +91,22 @@ func checkInvariants(r reader) error {
 	if err != nil {
 		return err
 	}
+	// Orphans: regular files with no name left, kept while open.
+	orphans := make(map[uint64]bool)
+	err = scan(r, []byte{prefixOrphan}, func(k, _ []byte) (bool, error) {
+		ino, err := decodeIDKey(prefixOrphan, k)
+		if err != nil {
+			return false, err
+		}
+		orphans[ino] = true
+		if n, ok := inodes[ino]; !ok || !isReg(n.Attr.Mode) || n.Attr.Nlink != 0 {
+			bad("orphan %d: inode missing, not a regular file or linked", ino)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
 	for ino, n := range inodes {
 		if ino >= nextIno {
 			bad("inode %d >= next_ino %d", ino, nextIno)
@@ -117,7 +133,7 @@ func checkInvariants(r reader) error {
 				bad("directory %d: parent key %d, entry in %d", ino, p, want)
 			}
 		default:
-			if int(n.Attr.Nlink) != links[ino] || links[ino] == 0 {
+			if int(n.Attr.Nlink) != links[ino] || (links[ino] == 0 && !orphans[ino]) {
 				bad("inode %d: nlink %d, %d entries", ino, n.Attr.Nlink, links[ino])
 			}
 		}
@@ -193,6 +209,33 @@ func checkInvariants(r reader) error {
 	})
 	if err != nil {
 		return err
+	}
+	// Extended attributes belong to existing inodes, have valid names and
+	// stay within the per-inode limits.
+	xattrList := make(map[uint64]int)
+	xattrTotal := make(map[uint64]int)
+	err = scan(r, []byte{prefixXattr}, func(k, v []byte) (bool, error) {
+		ino, name, err := decodeXattrKey(k)
+		if err != nil {
+			return false, err
+		}
+		if _, ok := inodes[ino]; !ok {
+			bad("xattr %q of missing inode %d", name, ino)
+		}
+		if validXattrName(name) != nil || len(v) > maxXattrValue {
+			bad("xattr %q of inode %d: invalid name or %d-byte value", name, ino, len(v))
+		}
+		xattrList[ino] += len(name) + 1
+		xattrTotal[ino] += len(name) + len(v)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for ino, total := range xattrTotal {
+		if total > maxXattrBytes || xattrList[ino] > maxXattrList {
+			bad("xattrs of inode %d: %d bytes, names %d, over the limits", ino, total, xattrList[ino])
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("mds: invariants broken: %w", errors.Join(append(problems, errs.ErrCorrupt)...))

@@ -20,6 +20,8 @@ package mds
 //	"g" + due ns(8) + extent id(8)      mdspb.Extent proto
 //	"o" + ost id(4)                     mdspb.OstInfo proto (id, uuid, addr, capacity, free)
 //	"O" + uuid                          ost id(4)
+//	"n" + ino(8)                        unlink time ns(8): orphan, an inode with no name left, kept while open
+//	"x" + ino(8) + name                 xattr value (name includes its namespace: "user.x")
 //
 // Counters ("c" keys): "next_ino", "next_extent", "next_ost" hold the next
 // id to allocate and are written in the same batch as the object that uses
@@ -52,6 +54,8 @@ const (
 	prefixGC      = 'g'
 	prefixOst     = 'o'
 	prefixOstUUID = 'O'
+	prefixOrphan  = 'n'
+	prefixXattr   = 'x'
 )
 
 // Counter names.
@@ -100,6 +104,15 @@ func ostKey(id uint32) []byte { return u32([]byte{prefixOst}, id) }
 
 func ostUUIDKey(uuid string) []byte { return append([]byte{prefixOstUUID}, uuid...) }
 
+// orphanKey marks inode ino as an orphan: its last name is gone but a
+// client session had it open (sessions.go).
+func orphanKey(ino uint64) []byte { return u64([]byte{prefixOrphan}, ino) }
+
+// xattrPrefix is the prefix of every extended attribute of ino.
+func xattrPrefix(ino uint64) []byte { return u64([]byte{prefixXattr}, ino) }
+
+func xattrKey(ino uint64, name []byte) []byte { return append(xattrPrefix(ino), name...) }
+
 // prefixEnd returns the smallest key greater than every key starting with p
 // (p must not be all 0xff bytes, which none of ours is).
 func prefixEnd(p []byte) []byte {
@@ -123,6 +136,13 @@ func errCorruptKey(kind string, k []byte) error {
 func decodeDentryKey(k []byte) (parent uint64, name []byte, err error) {
 	if len(k) < 10 || k[0] != prefixDentry {
 		return 0, nil, errCorruptKey("dentry", k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), k[9:], nil
+}
+
+func decodeXattrKey(k []byte) (ino uint64, name []byte, err error) {
+	if len(k) < 10 || k[0] != prefixXattr {
+		return 0, nil, errCorruptKey("xattr", k)
 	}
 	return binary.BigEndian.Uint64(k[1:9]), k[9:], nil
 }

@@ -62,8 +62,22 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	total := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shoal_mds_osts", Help: "Registered OSTs.",
 	}, func() float64 { return float64(len(s.listOsts())) })
+	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shoal_mds_sessions", Help: "Client sessions (live or expired, not yet collected).",
+	}, func() float64 {
+		s.sess.mu.Lock()
+		defer s.sess.mu.Unlock()
+		return float64(len(s.sess.t.sessions))
+	})
+	locks := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shoal_mds_locks", Help: "File locks held: flock locks and POSIX byte ranges.",
+	}, func() float64 {
+		s.sess.mu.Lock()
+		defer s.sess.mu.Unlock()
+		return float64(s.sess.t.locks.len())
+	})
 	m.collectors = []prometheus.Collector{m.ops, m.opErrors, m.opSeconds, m.extentsAllocated,
-		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total}
+		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total, sessions, locks}
 	if reg == nil {
 		return m, nil
 	}

@@ -433,6 +433,10 @@ func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.Att
 		if isDir(n.Attr.Mode) {
 			return fmt.Errorf("link to directory %d: %w", n.Attr.Ino, errs.ErrNotPermitted)
 		}
+		if n.Attr.Nlink == 0 {
+			// An orphan, open but removed: linkat(2) of it is ENOENT.
+			return fmt.Errorf("link to removed inode %d: %w", n.Attr.Ino, errs.ErrNotFound)
+		}
 		p, err := t.dir(req.GetNewParent())
 		if err != nil {
 			return err
@@ -456,7 +460,9 @@ func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.Att
 }
 
 // dropLink removes one link of non-directory n; at zero links the inode and
-// its extent map go, and extents left unreferenced are queued for GC.
+// its extent map go, and extents left unreferenced are queued for GC. An
+// inode that a client session has open stays instead, as an orphan, until
+// its last release (sessions.go).
 func (t *txn) dropLink(n *mdspb.Inode) error {
 	if n.Attr.Nlink > 0 {
 		n.Attr.Nlink--
@@ -465,6 +471,9 @@ func (t *txn) dropLink(n *mdspb.Inode) error {
 	t.touch(n)
 	if n.Attr.Nlink > 0 {
 		return nil
+	}
+	if t.s.inodeOpen(n.Attr.Ino) {
+		return t.b.Set(orphanKey(n.Attr.Ino), encodeU64(uint64(t.now)), nil)
 	}
 	if err := t.truncateMap(n.Attr.Ino, 0); err != nil {
 		return err

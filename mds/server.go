@@ -1,7 +1,8 @@
 // Package mds is Shoal's metadata server: the namespace (inodes, directory
 // entries), the extent map of every file, the OST registry, extent placement
 // and the garbage collection of unreferenced chunks. State lives in one
-// Pebble database whose key schema is in keys.go.
+// Pebble database whose key schema is in keys.go; client sessions, their
+// open handles and their file locks live in memory only (sessions.go).
 //
 // # Concurrency
 //
@@ -12,8 +13,9 @@
 // snapshot when they read more than one key.
 //
 // Lock order: Server.life (read side, held by every RPC for its duration)
-// before Server.mu before Server.osts.mu. The GC goroutine takes mu and
-// osts.mu, never life; Close stops it before taking life for writing.
+// before Server.mu before Server.sess.mu before Server.osts.mu. The GC and
+// session goroutines take mu, sess.mu and osts.mu, never life; Close stops
+// them before taking life for writing.
 package mds
 
 import (
@@ -45,6 +47,7 @@ type Options struct {
 	HeartbeatTimeout time.Duration         // OST considered down after this without a heartbeat; default 5s
 	GCGrace          time.Duration         // delay before unreferenced extents' chunks are deleted; default 2m
 	GCInterval       time.Duration         // default 5s
+	SessionLease     time.Duration         // a client session expires this long after its last call; default 10s
 	Now              func() time.Time      // default time.Now
 }
 
@@ -91,6 +94,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.GCInterval <= 0 {
 		c.GCInterval = 5 * time.Second
 	}
+	if c.SessionLease <= 0 {
+		c.SessionLease = 10 * time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -129,12 +135,22 @@ type Server struct {
 		// an extent still in the queue (other OSTs failed).
 		confirmed map[uint64]map[uint32]bool
 	}
+	// sess holds the client sessions, open handles and locks (memory
+	// only; sessions.go).
+	sess struct {
+		mu sync.Mutex // guards t
+		t  *sessionTable
+		// graceUntil (ns): orphans are not collected before, so that
+		// clients re-announce their opens after a restart.
+		graceUntil int64
+		done       chan struct{} // closed when the session loop stopped
+	}
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // Open opens (creating on first use) the MDS database in o.Dir and starts
-// the GC loop.
+// the GC and session loops.
 func Open(ctx context.Context, o Options) (*Server, error) {
 	opts, err := o.withDefaults()
 	if err != nil {
@@ -142,6 +158,7 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	}
 	s := &Server{o: opts, log: opts.Logger}
 	s.osts.m = make(map[uint32]*ostState)
+	s.sess.t = newSessionTable(int64(opts.SessionLease))
 	db, err := pebble.Open(opts.Dir, &pebble.Options{FS: opts.FS, Logger: pebbleLogger{opts.Logger}})
 	if err != nil {
 		return nil, fmt.Errorf("mds: open pebble in %s: %w", opts.Dir, err)
@@ -167,6 +184,7 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	s.gc.conns = make(map[uint32]*ostConn)
 	s.gc.confirmed = make(map[uint64]map[uint32]bool)
 	go s.gcLoop(gctx)
+	s.startSessions(gctx)
 	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
 	return s, nil
 }
@@ -242,6 +260,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.gc.cancel()
 		<-s.gc.done
+		<-s.sess.done
 		for id, c := range s.gc.conns {
 			c.cc.Close()
 			delete(s.gc.conns, id)

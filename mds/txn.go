@@ -110,8 +110,8 @@ func (t *txn) create(n *mdspb.Inode) {
 	t.inoDiff++
 }
 
-// remove deletes inode ino (and its parent key, for directories). The
-// caller has removed its extent map.
+// remove deletes inode ino (and, at flush, its extended attributes and,
+// for directories, its parent key). The caller has removed its extent map.
 func (t *txn) remove(ino uint64) {
 	c := t.inodes[ino]
 	c.deleted = true
@@ -216,6 +216,9 @@ func (t *txn) flush() error {
 		switch {
 		case c.deleted:
 			if err := t.b.Delete(inodeKey(ino), nil); err != nil {
+				return err
+			}
+			if err := t.dropXattrs(ino); err != nil {
 				return err
 			}
 			if isDir(c.ino.Attr.Mode) {

@@ -22,6 +22,9 @@ var (
 	ErrNotSupported = errors.New("operation not supported")
 	ErrTooLarge     = errors.New("value too large")
 	ErrLoop         = errors.New("too many levels of symbolic links")
+	ErrNoData       = errors.New("no such attribute")
+	ErrRange        = errors.New("result out of range")
+	ErrArgTooBig    = errors.New("argument too big")
 )
 
 // All lists every sentinel, for tables that must cover each one.
@@ -29,4 +32,5 @@ var All = []error{
 	ErrNotFound, ErrExists, ErrNotEmpty, ErrNotDir, ErrIsDir, ErrInvalid,
 	ErrNameTooLong, ErrNoSpace, ErrCorrupt, ErrUnavailable, ErrStale,
 	ErrPermission, ErrNotPermitted, ErrNotSupported, ErrTooLarge, ErrLoop,
+	ErrNoData, ErrRange, ErrArgTooBig,
 }

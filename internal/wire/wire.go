@@ -49,6 +49,9 @@ var table = []entry{
 	{errs.ErrNotSupported, codes.Unimplemented, "NOT_SUPPORTED"},
 	{errs.ErrTooLarge, codes.OutOfRange, "TOO_LARGE"},
 	{errs.ErrLoop, codes.FailedPrecondition, "LOOP"},
+	{errs.ErrNoData, codes.NotFound, "NO_DATA"},
+	{errs.ErrRange, codes.OutOfRange, "RANGE"},
+	{errs.ErrArgTooBig, codes.InvalidArgument, "ARG_TOO_BIG"},
 }
 
 // ToStatus turns an error into a gRPC status error carrying its sentinel's

@@ -195,6 +195,109 @@ func (SetXattrFlags) EnumDescriptor() ([]byte, []int) {
 	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{2}
 }
 
+// LockKind: flock(2) locks and POSIX fcntl(2) record locks are independent
+// of each other, as on Linux.
+type LockKind int32
+
+const (
+	LockKind_LOCK_KIND_NONE  LockKind = 0
+	LockKind_LOCK_KIND_POSIX LockKind = 1 // byte ranges; owner is the process (FUSE lock owner)
+	LockKind_LOCK_KIND_FLOCK LockKind = 2 // whole file; owner is the open file description
+)
+
+// Enum value maps for LockKind.
+var (
+	LockKind_name = map[int32]string{
+		0: "LOCK_KIND_NONE",
+		1: "LOCK_KIND_POSIX",
+		2: "LOCK_KIND_FLOCK",
+	}
+	LockKind_value = map[string]int32{
+		"LOCK_KIND_NONE":  0,
+		"LOCK_KIND_POSIX": 1,
+		"LOCK_KIND_FLOCK": 2,
+	}
+)
+
+func (x LockKind) Enum() *LockKind {
+	p := new(LockKind)
+	*p = x
+	return p
+}
+
+func (x LockKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_mds_mdspb_mds_proto_enumTypes[3].Descriptor()
+}
+
+func (LockKind) Type() protoreflect.EnumType {
+	return &file_mds_mdspb_mds_proto_enumTypes[3]
+}
+
+func (x LockKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockKind.Descriptor instead.
+func (LockKind) EnumDescriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{3}
+}
+
+type LockType int32
+
+const (
+	LockType_LOCK_TYPE_NONE   LockType = 0
+	LockType_LOCK_TYPE_READ   LockType = 1 // shared
+	LockType_LOCK_TYPE_WRITE  LockType = 2 // exclusive
+	LockType_LOCK_TYPE_UNLOCK LockType = 3 // SetLock only: release the range
+)
+
+// Enum value maps for LockType.
+var (
+	LockType_name = map[int32]string{
+		0: "LOCK_TYPE_NONE",
+		1: "LOCK_TYPE_READ",
+		2: "LOCK_TYPE_WRITE",
+		3: "LOCK_TYPE_UNLOCK",
+	}
+	LockType_value = map[string]int32{
+		"LOCK_TYPE_NONE":   0,
+		"LOCK_TYPE_READ":   1,
+		"LOCK_TYPE_WRITE":  2,
+		"LOCK_TYPE_UNLOCK": 3,
+	}
+)
+
+func (x LockType) Enum() *LockType {
+	p := new(LockType)
+	*p = x
+	return p
+}
+
+func (x LockType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockType) Descriptor() protoreflect.EnumDescriptor {
+	return file_mds_mdspb_mds_proto_enumTypes[4].Descriptor()
+}
+
+func (LockType) Type() protoreflect.EnumType {
+	return &file_mds_mdspb_mds_proto_enumTypes[4]
+}
+
+func (x LockType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockType.Descriptor instead.
+func (LockType) EnumDescriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{4}
+}
+
 // Layout is how a file's extents are striped: k data cells and m parity cells
 // of unit bytes per row. m = 0 is plain striping, k = 1 replication.
 type Layout struct {
@@ -2553,6 +2656,604 @@ func (x *RemoveXattrRequest) GetName() []byte {
 	return nil
 }
 
+type OpenSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"` // the client's name, for logs
+	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Pid           uint32                 `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionRequest) Reset() {
+	*x = OpenSessionRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionRequest) ProtoMessage() {}
+
+func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
+func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *OpenSessionRequest) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *OpenSessionRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *OpenSessionRequest) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+type OpenSessionReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	LeaseMs       int64                  `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // the session expires this long after its last call
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionReply) Reset() {
+	*x = OpenSessionReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionReply) ProtoMessage() {}
+
+func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
+func (*OpenSessionReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *OpenSessionReply) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *OpenSessionReply) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+// SessionRequest names a session: KeepAlive and CloseSession.
+type SessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SessionRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type KeepAliveReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseMs       int64                  `protobuf:"varint,1,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveReply) Reset() {
+	*x = KeepAliveReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveReply) ProtoMessage() {}
+
+func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveReply.ProtoReflect.Descriptor instead.
+func (*KeepAliveReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *KeepAliveReply) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+// OpenRequest announces that the session opened regular file ino (a new
+// open, or one made before an MDS restart). While any session has an inode
+// open, removing its last name keeps the inode and its data (nlink 0) until
+// the last Release.
+type OpenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRequest) Reset() {
+	*x = OpenRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRequest) ProtoMessage() {}
+
+func (x *OpenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
+func (*OpenRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *OpenRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+type OpenReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenReply) Reset() {
+	*x = OpenReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenReply) ProtoMessage() {}
+
+func (x *OpenReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenReply.ProtoReflect.Descriptor instead.
+func (*OpenReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *OpenReply) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Handle        uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReleaseRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *ReleaseRequest) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+// FileLock is a lock (or a request for one) on the bytes [start, end] of a
+// file, end inclusive (flock: the whole file).
+type FileLock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          LockKind               `protobuf:"varint,1,opt,name=kind,proto3,enum=shoal.mds.v1.LockKind" json:"kind,omitempty"`
+	Type          LockType               `protobuf:"varint,2,opt,name=type,proto3,enum=shoal.mds.v1.LockType" json:"type,omitempty"`
+	Start         uint64                 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	Pid           uint32                 `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"` // the holder's process id, as reported by F_GETLK
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileLock) Reset() {
+	*x = FileLock{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileLock) ProtoMessage() {}
+
+func (x *FileLock) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileLock.ProtoReflect.Descriptor instead.
+func (*FileLock) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FileLock) GetKind() LockKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LockKind_LOCK_KIND_NONE
+}
+
+func (x *FileLock) GetType() LockType {
+	if x != nil {
+		return x.Type
+	}
+	return LockType_LOCK_TYPE_NONE
+}
+
+func (x *FileLock) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *FileLock) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *FileLock) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+// LockRequest sets (SetLock) or tests (GetLock) a lock of owner, an id the
+// client chooses (FUSE's lock owner), within the session. SetLock never
+// waits: a conflict is reported, and a blocking lock is the client's loop.
+type LockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Owner         uint64                 `protobuf:"varint,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Lock          *FileLock              `protobuf:"bytes,4,opt,name=lock,proto3" json:"lock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRequest) Reset() {
+	*x = LockRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRequest) ProtoMessage() {}
+
+func (x *LockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
+func (*LockRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *LockRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *LockRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *LockRequest) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *LockRequest) GetLock() *FileLock {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
+type SetLockReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Granted       bool                   `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	Conflict      *FileLock              `protobuf:"bytes,2,opt,name=conflict,proto3" json:"conflict,omitempty"` // when not granted: a lock in the way
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockReply) Reset() {
+	*x = SetLockReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockReply) ProtoMessage() {}
+
+func (x *SetLockReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockReply.ProtoReflect.Descriptor instead.
+func (*SetLockReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *SetLockReply) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *SetLockReply) GetConflict() *FileLock {
+	if x != nil {
+		return x.Conflict
+	}
+	return nil
+}
+
+type GetLockReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Conflict      *FileLock              `protobuf:"bytes,1,opt,name=conflict,proto3" json:"conflict,omitempty"` // absent: the lock could be set
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLockReply) Reset() {
+	*x = GetLockReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLockReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLockReply) ProtoMessage() {}
+
+func (x *GetLockReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLockReply.ProtoReflect.Descriptor instead.
+func (*GetLockReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetLockReply) GetConflict() *FileLock {
+	if x != nil {
+		return x.Conflict
+	}
+	return nil
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -2723,7 +3424,42 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05names\x18\x01 \x03(\fR\x05names\":\n" +
 	"\x12RemoveXattrRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name*\xd3\x01\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"R\n" +
+	"\x12OpenSessionRequest\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x10\n" +
+	"\x03pid\x18\x03 \x01(\rR\x03pid\"G\n" +
+	"\x10OpenSessionReply\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\"*\n" +
+	"\x0eSessionRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"+\n" +
+	"\x0eKeepAliveReply\x12\x19\n" +
+	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"9\n" +
+	"\vOpenRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"#\n" +
+	"\tOpenReply\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\x04R\x06handle\"B\n" +
+	"\x0eReleaseRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x16\n" +
+	"\x06handle\x18\x02 \x01(\x04R\x06handle\"\x9c\x01\n" +
+	"\bFileLock\x12*\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x16.shoal.mds.v1.LockKindR\x04kind\x12*\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x16.shoal.mds.v1.LockTypeR\x04type\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\x04R\x03end\x12\x10\n" +
+	"\x03pid\x18\x05 \x01(\rR\x03pid\"{\n" +
+	"\vLockRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\x04R\x05owner\x12*\n" +
+	"\x04lock\x18\x04 \x01(\v2\x16.shoal.mds.v1.FileLockR\x04lock\"\\\n" +
+	"\fSetLockReply\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x122\n" +
+	"\bconflict\x18\x02 \x01(\v2\x16.shoal.mds.v1.FileLockR\bconflict\"B\n" +
+	"\fGetLockReply\x122\n" +
+	"\bconflict\x18\x01 \x01(\v2\x16.shoal.mds.v1.FileLockR\bconflict*\xd3\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -2743,7 +3479,16 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\n" +
 	"XATTR_NONE\x10\x00\x12\x10\n" +
 	"\fXATTR_CREATE\x10\x01\x12\x11\n" +
-	"\rXATTR_REPLACE\x10\x022\xb9\f\n" +
+	"\rXATTR_REPLACE\x10\x02*H\n" +
+	"\bLockKind\x12\x12\n" +
+	"\x0eLOCK_KIND_NONE\x10\x00\x12\x13\n" +
+	"\x0fLOCK_KIND_POSIX\x10\x01\x12\x13\n" +
+	"\x0fLOCK_KIND_FLOCK\x10\x02*]\n" +
+	"\bLockType\x12\x12\n" +
+	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
+	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
+	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\x94\x10\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -2768,7 +3513,14 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\bSetXattr\x12\x1d.shoal.mds.v1.SetXattrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12F\n" +
 	"\bGetXattr\x12\x1d.shoal.mds.v1.GetXattrRequest\x1a\x1b.shoal.mds.v1.GetXattrReply\x12I\n" +
 	"\tListXattr\x12\x1e.shoal.mds.v1.ListXattrRequest\x1a\x1c.shoal.mds.v1.ListXattrReply\x12H\n" +
-	"\vRemoveXattr\x12 .shoal.mds.v1.RemoveXattrRequest\x1a\x17.shoal.mds.v1.AttrReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
+	"\vRemoveXattr\x12 .shoal.mds.v1.RemoveXattrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12O\n" +
+	"\vOpenSession\x12 .shoal.mds.v1.OpenSessionRequest\x1a\x1e.shoal.mds.v1.OpenSessionReply\x12G\n" +
+	"\tKeepAlive\x12\x1c.shoal.mds.v1.SessionRequest\x1a\x1c.shoal.mds.v1.KeepAliveReply\x12A\n" +
+	"\fCloseSession\x12\x1c.shoal.mds.v1.SessionRequest\x1a\x13.shoal.mds.v1.Empty\x12:\n" +
+	"\x04Open\x12\x19.shoal.mds.v1.OpenRequest\x1a\x17.shoal.mds.v1.OpenReply\x12<\n" +
+	"\aRelease\x12\x1c.shoal.mds.v1.ReleaseRequest\x1a\x13.shoal.mds.v1.Empty\x12@\n" +
+	"\aSetLock\x12\x19.shoal.mds.v1.LockRequest\x1a\x1a.shoal.mds.v1.SetLockReply\x12@\n" +
+	"\aGetLock\x12\x19.shoal.mds.v1.LockRequest\x1a\x1a.shoal.mds.v1.GetLockReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
 var (
 	file_mds_mdspb_mds_proto_rawDescOnce sync.Once
@@ -2782,117 +3534,149 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 	return file_mds_mdspb_mds_proto_rawDescData
 }
 
-var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(SetAttrBits)(0),             // 0: shoal.mds.v1.SetAttrBits
 	(RenameFlags)(0),             // 1: shoal.mds.v1.RenameFlags
 	(SetXattrFlags)(0),           // 2: shoal.mds.v1.SetXattrFlags
-	(*Layout)(nil),               // 3: shoal.mds.v1.Layout
-	(*Attr)(nil),                 // 4: shoal.mds.v1.Attr
-	(*Inode)(nil),                // 5: shoal.mds.v1.Inode
-	(*Extent)(nil),               // 6: shoal.mds.v1.Extent
-	(*ExtentRef)(nil),            // 7: shoal.mds.v1.ExtentRef
-	(*DirEntry)(nil),             // 8: shoal.mds.v1.DirEntry
-	(*OstInfo)(nil),              // 9: shoal.mds.v1.OstInfo
-	(*Empty)(nil),                // 10: shoal.mds.v1.Empty
-	(*AttrReply)(nil),            // 11: shoal.mds.v1.AttrReply
-	(*LookupRequest)(nil),        // 12: shoal.mds.v1.LookupRequest
-	(*GetAttrRequest)(nil),       // 13: shoal.mds.v1.GetAttrRequest
-	(*SetAttrRequest)(nil),       // 14: shoal.mds.v1.SetAttrRequest
-	(*CreateRequest)(nil),        // 15: shoal.mds.v1.CreateRequest
-	(*SymlinkRequest)(nil),       // 16: shoal.mds.v1.SymlinkRequest
-	(*ReadlinkReply)(nil),        // 17: shoal.mds.v1.ReadlinkReply
-	(*LinkRequest)(nil),          // 18: shoal.mds.v1.LinkRequest
-	(*UnlinkRequest)(nil),        // 19: shoal.mds.v1.UnlinkRequest
-	(*UnlinkReply)(nil),          // 20: shoal.mds.v1.UnlinkReply
-	(*RenameRequest)(nil),        // 21: shoal.mds.v1.RenameRequest
-	(*ReadDirRequest)(nil),       // 22: shoal.mds.v1.ReadDirRequest
-	(*ReadDirReply)(nil),         // 23: shoal.mds.v1.ReadDirReply
-	(*StatFsRequest)(nil),        // 24: shoal.mds.v1.StatFsRequest
-	(*StatFsReply)(nil),          // 25: shoal.mds.v1.StatFsReply
-	(*GetExtentsRequest)(nil),    // 26: shoal.mds.v1.GetExtentsRequest
-	(*GetExtentsReply)(nil),      // 27: shoal.mds.v1.GetExtentsReply
-	(*AllocExtentsRequest)(nil),  // 28: shoal.mds.v1.AllocExtentsRequest
-	(*AllocExtentsReply)(nil),    // 29: shoal.mds.v1.AllocExtentsReply
-	(*CommitExtentsRequest)(nil), // 30: shoal.mds.v1.CommitExtentsRequest
-	(*RegisterOstRequest)(nil),   // 31: shoal.mds.v1.RegisterOstRequest
-	(*RegisterOstReply)(nil),     // 32: shoal.mds.v1.RegisterOstReply
-	(*HeartbeatRequest)(nil),     // 33: shoal.mds.v1.HeartbeatRequest
-	(*ListOstsRequest)(nil),      // 34: shoal.mds.v1.ListOstsRequest
-	(*ListOstsReply)(nil),        // 35: shoal.mds.v1.ListOstsReply
-	(*SetXattrRequest)(nil),      // 36: shoal.mds.v1.SetXattrRequest
-	(*GetXattrRequest)(nil),      // 37: shoal.mds.v1.GetXattrRequest
-	(*GetXattrReply)(nil),        // 38: shoal.mds.v1.GetXattrReply
-	(*ListXattrRequest)(nil),     // 39: shoal.mds.v1.ListXattrRequest
-	(*ListXattrReply)(nil),       // 40: shoal.mds.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil),   // 41: shoal.mds.v1.RemoveXattrRequest
+	(LockKind)(0),                // 3: shoal.mds.v1.LockKind
+	(LockType)(0),                // 4: shoal.mds.v1.LockType
+	(*Layout)(nil),               // 5: shoal.mds.v1.Layout
+	(*Attr)(nil),                 // 6: shoal.mds.v1.Attr
+	(*Inode)(nil),                // 7: shoal.mds.v1.Inode
+	(*Extent)(nil),               // 8: shoal.mds.v1.Extent
+	(*ExtentRef)(nil),            // 9: shoal.mds.v1.ExtentRef
+	(*DirEntry)(nil),             // 10: shoal.mds.v1.DirEntry
+	(*OstInfo)(nil),              // 11: shoal.mds.v1.OstInfo
+	(*Empty)(nil),                // 12: shoal.mds.v1.Empty
+	(*AttrReply)(nil),            // 13: shoal.mds.v1.AttrReply
+	(*LookupRequest)(nil),        // 14: shoal.mds.v1.LookupRequest
+	(*GetAttrRequest)(nil),       // 15: shoal.mds.v1.GetAttrRequest
+	(*SetAttrRequest)(nil),       // 16: shoal.mds.v1.SetAttrRequest
+	(*CreateRequest)(nil),        // 17: shoal.mds.v1.CreateRequest
+	(*SymlinkRequest)(nil),       // 18: shoal.mds.v1.SymlinkRequest
+	(*ReadlinkReply)(nil),        // 19: shoal.mds.v1.ReadlinkReply
+	(*LinkRequest)(nil),          // 20: shoal.mds.v1.LinkRequest
+	(*UnlinkRequest)(nil),        // 21: shoal.mds.v1.UnlinkRequest
+	(*UnlinkReply)(nil),          // 22: shoal.mds.v1.UnlinkReply
+	(*RenameRequest)(nil),        // 23: shoal.mds.v1.RenameRequest
+	(*ReadDirRequest)(nil),       // 24: shoal.mds.v1.ReadDirRequest
+	(*ReadDirReply)(nil),         // 25: shoal.mds.v1.ReadDirReply
+	(*StatFsRequest)(nil),        // 26: shoal.mds.v1.StatFsRequest
+	(*StatFsReply)(nil),          // 27: shoal.mds.v1.StatFsReply
+	(*GetExtentsRequest)(nil),    // 28: shoal.mds.v1.GetExtentsRequest
+	(*GetExtentsReply)(nil),      // 29: shoal.mds.v1.GetExtentsReply
+	(*AllocExtentsRequest)(nil),  // 30: shoal.mds.v1.AllocExtentsRequest
+	(*AllocExtentsReply)(nil),    // 31: shoal.mds.v1.AllocExtentsReply
+	(*CommitExtentsRequest)(nil), // 32: shoal.mds.v1.CommitExtentsRequest
+	(*RegisterOstRequest)(nil),   // 33: shoal.mds.v1.RegisterOstRequest
+	(*RegisterOstReply)(nil),     // 34: shoal.mds.v1.RegisterOstReply
+	(*HeartbeatRequest)(nil),     // 35: shoal.mds.v1.HeartbeatRequest
+	(*ListOstsRequest)(nil),      // 36: shoal.mds.v1.ListOstsRequest
+	(*ListOstsReply)(nil),        // 37: shoal.mds.v1.ListOstsReply
+	(*SetXattrRequest)(nil),      // 38: shoal.mds.v1.SetXattrRequest
+	(*GetXattrRequest)(nil),      // 39: shoal.mds.v1.GetXattrRequest
+	(*GetXattrReply)(nil),        // 40: shoal.mds.v1.GetXattrReply
+	(*ListXattrRequest)(nil),     // 41: shoal.mds.v1.ListXattrRequest
+	(*ListXattrReply)(nil),       // 42: shoal.mds.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),   // 43: shoal.mds.v1.RemoveXattrRequest
+	(*OpenSessionRequest)(nil),   // 44: shoal.mds.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),     // 45: shoal.mds.v1.OpenSessionReply
+	(*SessionRequest)(nil),       // 46: shoal.mds.v1.SessionRequest
+	(*KeepAliveReply)(nil),       // 47: shoal.mds.v1.KeepAliveReply
+	(*OpenRequest)(nil),          // 48: shoal.mds.v1.OpenRequest
+	(*OpenReply)(nil),            // 49: shoal.mds.v1.OpenReply
+	(*ReleaseRequest)(nil),       // 50: shoal.mds.v1.ReleaseRequest
+	(*FileLock)(nil),             // 51: shoal.mds.v1.FileLock
+	(*LockRequest)(nil),          // 52: shoal.mds.v1.LockRequest
+	(*SetLockReply)(nil),         // 53: shoal.mds.v1.SetLockReply
+	(*GetLockReply)(nil),         // 54: shoal.mds.v1.GetLockReply
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
-	3,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
-	4,  // 1: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
-	3,  // 2: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
-	6,  // 3: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
-	4,  // 4: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
-	3,  // 5: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
-	4,  // 6: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
-	8,  // 7: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	4,  // 8: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	7,  // 9: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	6,  // 10: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	7,  // 11: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	9,  // 12: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	12, // 13: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	13, // 14: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	14, // 15: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	15, // 16: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	15, // 17: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	16, // 18: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	13, // 19: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 20: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	19, // 21: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	19, // 22: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	21, // 23: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	22, // 24: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	24, // 25: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	26, // 26: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	28, // 27: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	30, // 28: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	31, // 29: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	33, // 30: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	34, // 31: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	36, // 32: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	37, // 33: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	39, // 34: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	41, // 35: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	11, // 36: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	11, // 37: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	11, // 38: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	11, // 39: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	11, // 40: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	11, // 41: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	17, // 42: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	11, // 43: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	20, // 44: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	10, // 45: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	10, // 46: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	23, // 47: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	25, // 48: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	27, // 49: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	29, // 50: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	11, // 51: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	32, // 52: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	10, // 53: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	35, // 54: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	11, // 55: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	38, // 56: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	40, // 57: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	11, // 58: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	36, // [36:59] is the sub-list for method output_type
-	13, // [13:36] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
+	6,  // 1: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
+	5,  // 2: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
+	8,  // 3: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
+	6,  // 4: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
+	5,  // 5: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
+	6,  // 6: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
+	10, // 7: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	6,  // 8: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	9,  // 9: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	8,  // 10: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	9,  // 11: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	11, // 12: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	3,  // 13: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	4,  // 14: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	51, // 15: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	51, // 16: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	51, // 17: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	14, // 18: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	15, // 19: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	16, // 20: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	17, // 21: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	17, // 22: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	18, // 23: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	15, // 24: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	20, // 25: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	21, // 26: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	21, // 27: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 28: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	24, // 29: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	26, // 30: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	28, // 31: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	30, // 32: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	32, // 33: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	33, // 34: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	35, // 35: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	36, // 36: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	38, // 37: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	39, // 38: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	41, // 39: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	43, // 40: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	44, // 41: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	46, // 42: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	46, // 43: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	48, // 44: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	50, // 45: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	52, // 46: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	52, // 47: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	13, // 48: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	13, // 49: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 50: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 51: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	13, // 52: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	13, // 53: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	19, // 54: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	13, // 55: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	22, // 56: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	12, // 57: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	12, // 58: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	25, // 59: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	27, // 60: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	29, // 61: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	31, // 62: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	13, // 63: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	34, // 64: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	12, // 65: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	37, // 66: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	13, // 67: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	40, // 68: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	42, // 69: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	13, // 70: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	45, // 71: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	47, // 72: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	12, // 73: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	49, // 74: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	12, // 75: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	53, // 76: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	54, // 77: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	48, // [48:78] is the sub-list for method output_type
+	18, // [18:48] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -2905,8 +3689,8 @@ func file_mds_mdspb_mds_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   39,
+			NumEnums:      5,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,13 @@ const (
 	Mds_GetXattr_FullMethodName      = "/shoal.mds.v1.Mds/GetXattr"
 	Mds_ListXattr_FullMethodName     = "/shoal.mds.v1.Mds/ListXattr"
 	Mds_RemoveXattr_FullMethodName   = "/shoal.mds.v1.Mds/RemoveXattr"
+	Mds_OpenSession_FullMethodName   = "/shoal.mds.v1.Mds/OpenSession"
+	Mds_KeepAlive_FullMethodName     = "/shoal.mds.v1.Mds/KeepAlive"
+	Mds_CloseSession_FullMethodName  = "/shoal.mds.v1.Mds/CloseSession"
+	Mds_Open_FullMethodName          = "/shoal.mds.v1.Mds/Open"
+	Mds_Release_FullMethodName       = "/shoal.mds.v1.Mds/Release"
+	Mds_SetLock_FullMethodName       = "/shoal.mds.v1.Mds/SetLock"
+	Mds_GetLock_FullMethodName       = "/shoal.mds.v1.Mds/GetLock"
 )
 
 // MdsClient is the client API for Mds service.
@@ -75,6 +82,14 @@ type MdsClient interface {
 	GetXattr(ctx context.Context, in *GetXattrRequest, opts ...grpc.CallOption) (*GetXattrReply, error)
 	ListXattr(ctx context.Context, in *ListXattrRequest, opts ...grpc.CallOption) (*ListXattrReply, error)
 	RemoveXattr(ctx context.Context, in *RemoveXattrRequest, opts ...grpc.CallOption) (*AttrReply, error)
+	// sessions, opens and locks
+	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionReply, error)
+	KeepAlive(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (*KeepAliveReply, error)
+	CloseSession(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (*Empty, error)
+	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenReply, error)
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Empty, error)
+	SetLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*SetLockReply, error)
+	GetLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*GetLockReply, error)
 }
 
 type mdsClient struct {
@@ -315,6 +330,76 @@ func (c *mdsClient) RemoveXattr(ctx context.Context, in *RemoveXattrRequest, opt
 	return out, nil
 }
 
+func (c *mdsClient) OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenSessionReply)
+	err := c.cc.Invoke(ctx, Mds_OpenSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) KeepAlive(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (*KeepAliveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeepAliveReply)
+	err := c.cc.Invoke(ctx, Mds_KeepAlive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) CloseSession(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Mds_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenReply)
+	err := c.cc.Invoke(ctx, Mds_Open_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Mds_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) SetLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*SetLockReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLockReply)
+	err := c.cc.Invoke(ctx, Mds_SetLock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) GetLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*GetLockReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLockReply)
+	err := c.cc.Invoke(ctx, Mds_GetLock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MdsServer is the server API for Mds service.
 // All implementations must embed UnimplementedMdsServer
 // for forward compatibility.
@@ -343,6 +428,14 @@ type MdsServer interface {
 	GetXattr(context.Context, *GetXattrRequest) (*GetXattrReply, error)
 	ListXattr(context.Context, *ListXattrRequest) (*ListXattrReply, error)
 	RemoveXattr(context.Context, *RemoveXattrRequest) (*AttrReply, error)
+	// sessions, opens and locks
+	OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionReply, error)
+	KeepAlive(context.Context, *SessionRequest) (*KeepAliveReply, error)
+	CloseSession(context.Context, *SessionRequest) (*Empty, error)
+	Open(context.Context, *OpenRequest) (*OpenReply, error)
+	Release(context.Context, *ReleaseRequest) (*Empty, error)
+	SetLock(context.Context, *LockRequest) (*SetLockReply, error)
+	GetLock(context.Context, *LockRequest) (*GetLockReply, error)
 	mustEmbedUnimplementedMdsServer()
 }
 
@@ -421,6 +514,27 @@ func (UnimplementedMdsServer) ListXattr(context.Context, *ListXattrRequest) (*Li
 }
 func (UnimplementedMdsServer) RemoveXattr(context.Context, *RemoveXattrRequest) (*AttrReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveXattr not implemented")
+}
+func (UnimplementedMdsServer) OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenSession not implemented")
+}
+func (UnimplementedMdsServer) KeepAlive(context.Context, *SessionRequest) (*KeepAliveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedMdsServer) CloseSession(context.Context, *SessionRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedMdsServer) Open(context.Context, *OpenRequest) (*OpenReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Open not implemented")
+}
+func (UnimplementedMdsServer) Release(context.Context, *ReleaseRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedMdsServer) SetLock(context.Context, *LockRequest) (*SetLockReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLock not implemented")
+}
+func (UnimplementedMdsServer) GetLock(context.Context, *LockRequest) (*GetLockReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLock not implemented")
 }
 func (UnimplementedMdsServer) mustEmbedUnimplementedMdsServer() {}
 func (UnimplementedMdsServer) testEmbeddedByValue()             {}
@@ -857,6 +971,132 @@ func _Mds_RemoveXattr_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_OpenSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).OpenSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_OpenSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).OpenSession(ctx, req.(*OpenSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_KeepAlive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).KeepAlive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_KeepAlive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).KeepAlive(ctx, req.(*SessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).CloseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_CloseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).CloseSession(ctx, req.(*SessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_Open_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).Open(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_Open_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).Open(ctx, req.(*OpenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_SetLock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).SetLock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_SetLock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).SetLock(ctx, req.(*LockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_GetLock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).GetLock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_GetLock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).GetLock(ctx, req.(*LockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mds_ServiceDesc is the grpc.ServiceDesc for Mds service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -955,6 +1195,34 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveXattr",
 			Handler:    _Mds_RemoveXattr_Handler,
+		},
+		{
+			MethodName: "OpenSession",
+			Handler:    _Mds_OpenSession_Handler,
+		},
+		{
+			MethodName: "KeepAlive",
+			Handler:    _Mds_KeepAlive_Handler,
+		},
+		{
+			MethodName: "CloseSession",
+			Handler:    _Mds_CloseSession_Handler,
+		},
+		{
+			MethodName: "Open",
+			Handler:    _Mds_Open_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Mds_Release_Handler,
+		},
+		{
+			MethodName: "SetLock",
+			Handler:    _Mds_SetLock_Handler,
+		},
+		{
+			MethodName: "GetLock",
+			Handler:    _Mds_GetLock_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -37,6 +37,16 @@ type Options struct {
 	// AllowOther mounts with allow_other, so that tests can act as other
 	// users (setpriv) on mounts made by root.
 	AllowOther bool
+	// SessionLease of client sessions (opens, locks) at the MDS; default
+	// the MDS's (10s).
+	SessionLease time.Duration
+	// GCGrace before the MDS deletes unreferenced chunks; default the
+	// MDS's (2m).
+	GCGrace time.Duration
+	// Dir holds the servers' state and the mount points; default
+	// t.TempDir(). Tests of semantics rather than durability may put it
+	// on tmpfs, where fsync costs nothing (see TmpfsDir).
+	Dir string
 }
 
 // Cluster is a running test cluster.
@@ -75,7 +85,10 @@ func Start(t testing.TB, o Options) *Cluster {
 	if o.HeartbeatTimeout == 0 {
 		o.HeartbeatTimeout = 2 * time.Second
 	}
-	c := &Cluster{t: t, opts: o, Dir: t.TempDir(), log: slog.New(slog.DiscardHandler)}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	c := &Cluster{t: t, opts: o, Dir: o.Dir, log: slog.New(slog.DiscardHandler)}
 	if o.Verbose {
 		c.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -115,6 +128,8 @@ func (c *Cluster) startMDS() error {
 		DefaultLayout:    &mdspb.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)},
 		HeartbeatTimeout: c.opts.HeartbeatTimeout,
 		GCInterval:       500 * time.Millisecond,
+		GCGrace:          c.opts.GCGrace,
+		SessionLease:     c.opts.SessionLease,
 	})
 	if err != nil {
 		return err
@@ -291,6 +306,28 @@ func (c *Cluster) stopServers() {
 		c.mdsSrv.Stop(time.Second)
 		c.mds.Close()
 		c.mds, c.mdsSrv = nil, nil
+	}
+}
+
+// RestartMDS stops the MDS and starts it again on the same directory and
+// address, leaving the OSTs, clients and mounts running: they reconnect.
+// The MDS forgets every session, open handle and lock.
+func (c *Cluster) RestartMDS() {
+	c.t.Helper()
+	c.mdsSrv.Stop(time.Second)
+	c.mds.Close()
+	c.mds, c.mdsSrv = nil, nil
+	if err := c.startMDS(); err != nil {
+		c.t.Fatalf("restart MDS: %v", err)
+	}
+	up := 0
+	for _, o := range c.osts {
+		if o.Server != nil {
+			up++
+		}
+	}
+	if err := c.WaitOSTsUp(up); err != nil {
+		c.t.Fatalf("restart MDS: %v", err)
 	}
 }
 
