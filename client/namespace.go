@@ -111,6 +111,12 @@ func (c *Client) ReadDirPage(ctx context.Context, ino uint64, after string, limi
 	return r.GetEntries(), r.GetEof(), err
 }
 
+// ReadDirPlusPage is ReadDirPage with each entry's attributes.
+func (c *Client) ReadDirPlusPage(ctx context.Context, ino uint64, after string, limit int) ([]*mdspb.DirEntry, bool, error) {
+	r, err := c.mds.ReadDir(ctx, &mdspb.ReadDirRequest{Ino: ino, After: []byte(after), Limit: uint32(limit), Plus: true})
+	return r.GetEntries(), r.GetEof(), err
+}
+
 // ReadDirIno returns every entry of directory ino.
 func (c *Client) ReadDirIno(ctx context.Context, ino uint64) ([]*mdspb.DirEntry, error) {
 	var all []*mdspb.DirEntry

@@ -30,6 +30,9 @@ type dirHandle struct {
 	page  []*mdspb.DirEntry // fetched, not yet returned
 	after string            // the last name fetched from the MDS
 	eof   bool              // the MDS has no names after `after`
+	// last is the entry returned last, with its attributes, so that
+	// READDIRPLUS's lookup of it costs no RPC.
+	last *mdspb.DirEntry
 }
 
 var (
@@ -37,6 +40,7 @@ var (
 	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
 	_ gofs.FileFsyncdirer   = (*dirHandle)(nil)
 	_ gofs.FileReleasedirer = (*dirHandle)(nil)
+	_ gofs.FileLookuper     = (*dirHandle)(nil)
 )
 
 // OpendirHandle opens directory n for reading. Nothing is fetched until
@@ -71,7 +75,9 @@ func (d *dirHandle) nextLocked(ctx context.Context) (*gofuse.DirEntry, syscall.E
 		if d.eof {
 			return nil, 0
 		}
-		es, eof, err := d.n.m.c.ReadDirPage(ctx, d.n.ino(), d.after, dirPage)
+		// The kernel lists with READDIRPLUS, which looks up every entry:
+		// fetching the attributes with the names saves one RPC per entry.
+		es, eof, err := d.n.m.c.ReadDirPlusPage(ctx, d.n.ino(), d.after, dirPage)
 		if err != nil {
 			return nil, d.n.m.errno("readdir", d.n.ino(), err)
 		}
@@ -84,7 +90,21 @@ func (d *dirHandle) nextLocked(ctx context.Context) (*gofuse.DirEntry, syscall.E
 	d.page[0] = nil
 	d.page = d.page[1:]
 	d.pos++
+	d.last = e
 	return &gofuse.DirEntry{Name: string(e.GetName()), Ino: e.GetIno(), Mode: typeBits(e.GetMode()), Off: d.pos}, 0
+}
+
+// Lookup serves READDIRPLUS's lookup of the entry just returned from the
+// attributes that came with the listing; any other name is looked up at
+// the MDS. (fill gives a file open in this mount its unflushed size.)
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	e := d.last
+	d.mu.Unlock()
+	if e == nil || e.GetAttr() == nil || string(e.GetName()) != name {
+		return d.n.Lookup(ctx, name, out)
+	}
+	return d.n.newChild(detach(ctx), e.GetAttr(), out), 0
 }
 
 // Seekdir moves to offset off. go-fuse replays the last batch itself after

@@ -812,7 +812,15 @@ func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mds
 			if err != nil {
 				return false, err
 			}
-			out.Entries = append(out.Entries, &mdspb.DirEntry{Name: append([]byte(nil), name...), Ino: ino, Mode: mode})
+			e := &mdspb.DirEntry{Name: append([]byte(nil), name...), Ino: ino, Mode: mode}
+			if req.GetPlus() {
+				n, err := readInode(r, ino)
+				if err != nil {
+					return false, fmt.Errorf("readdir of inode %d: entry %q: %w", d.Attr.Ino, name, err)
+				}
+				e.Attr = n.Attr
+			}
+			out.Entries = append(out.Entries, e)
 			return true, nil
 		})
 	})

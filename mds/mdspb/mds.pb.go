@@ -683,6 +683,7 @@ type DirEntry struct {
 	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
 	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Attr          *Attr                  `protobuf:"bytes,4,opt,name=attr,proto3" json:"attr,omitempty"` // set when the listing asked for plus
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +737,13 @@ func (x *DirEntry) GetMode() uint32 {
 		return x.Mode
 	}
 	return 0
+}
+
+func (x *DirEntry) GetAttr() *Attr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
 }
 
 type OstInfo struct {
@@ -1579,6 +1587,7 @@ type ReadDirRequest struct {
 	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
 	After         []byte                 `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`  // resume after this name; empty starts at the beginning
 	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"` // 0 means the server's default
+	Plus          bool                   `protobuf:"varint,4,opt,name=plus,proto3" json:"plus,omitempty"`   // also return each entry's attributes (READDIRPLUS)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1632,6 +1641,13 @@ func (x *ReadDirRequest) GetLimit() uint32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ReadDirRequest) GetPlus() bool {
+	if x != nil {
+		return x.Plus
+	}
+	return false
 }
 
 type ReadDirReply struct {
@@ -3289,11 +3305,12 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x1d\n" +
 	"\n" +
 	"extent_off\x18\x03 \x01(\x04R\textentOff\x12,\n" +
-	"\x06extent\x18\x04 \x01(\v2\x14.shoal.mds.v1.ExtentR\x06extent\"D\n" +
+	"\x06extent\x18\x04 \x01(\v2\x14.shoal.mds.v1.ExtentR\x06extent\"l\n" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\"\xee\x01\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12&\n" +
+	"\x04attr\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\"\xee\x01\n" +
 	"\aOstInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -3356,11 +3373,12 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\n" +
 	"new_parent\x18\x03 \x01(\x04R\tnewParent\x12\x19\n" +
 	"\bnew_name\x18\x04 \x01(\fR\anewName\x12\x14\n" +
-	"\x05flags\x18\x05 \x01(\rR\x05flags\"N\n" +
+	"\x05flags\x18\x05 \x01(\rR\x05flags\"b\n" +
 	"\x0eReadDirRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\fR\x05after\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"R\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x12\n" +
+	"\x04plus\x18\x04 \x01(\bR\x04plus\"R\n" +
 	"\fReadDirReply\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.shoal.mds.v1.DirEntryR\aentries\x12\x10\n" +
 	"\x03eof\x18\x02 \x01(\bR\x03eof\"\x0f\n" +
@@ -3598,85 +3616,86 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	6,  // 1: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
 	5,  // 2: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
 	8,  // 3: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
-	6,  // 4: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
-	5,  // 5: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
-	6,  // 6: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
-	10, // 7: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	6,  // 8: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	9,  // 9: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	8,  // 10: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	9,  // 11: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	11, // 12: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	3,  // 13: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	4,  // 14: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	51, // 15: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	51, // 16: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	51, // 17: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	14, // 18: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	15, // 19: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	16, // 20: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	17, // 21: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	17, // 22: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	18, // 23: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	15, // 24: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	20, // 25: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	21, // 26: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	21, // 27: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 28: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	24, // 29: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	26, // 30: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	28, // 31: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	30, // 32: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	32, // 33: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	33, // 34: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	35, // 35: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	36, // 36: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	38, // 37: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	39, // 38: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	41, // 39: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	43, // 40: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	44, // 41: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	46, // 42: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	46, // 43: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	48, // 44: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	50, // 45: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	52, // 46: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	52, // 47: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	13, // 48: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	13, // 49: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 50: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 51: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	13, // 52: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	13, // 53: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	19, // 54: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	13, // 55: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	22, // 56: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	12, // 57: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	12, // 58: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	25, // 59: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	27, // 60: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	29, // 61: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	31, // 62: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	13, // 63: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	34, // 64: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	12, // 65: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	37, // 66: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	13, // 67: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	40, // 68: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	42, // 69: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	13, // 70: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	45, // 71: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	47, // 72: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	12, // 73: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	49, // 74: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	12, // 75: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	53, // 76: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	54, // 77: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	48, // [48:78] is the sub-list for method output_type
-	18, // [18:48] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	6,  // 4: shoal.mds.v1.DirEntry.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 5: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
+	5,  // 6: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
+	6,  // 7: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
+	10, // 8: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	6,  // 9: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	9,  // 10: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	8,  // 11: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	9,  // 12: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	11, // 13: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	3,  // 14: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	4,  // 15: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	51, // 16: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	51, // 17: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	51, // 18: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	14, // 19: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	15, // 20: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	16, // 21: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	17, // 22: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	17, // 23: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	18, // 24: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	15, // 25: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	20, // 26: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	21, // 27: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	21, // 28: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 29: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	24, // 30: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	26, // 31: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	28, // 32: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	30, // 33: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	32, // 34: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	33, // 35: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	35, // 36: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	36, // 37: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	38, // 38: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	39, // 39: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	41, // 40: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	43, // 41: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	44, // 42: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	46, // 43: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	46, // 44: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	48, // 45: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	50, // 46: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	52, // 47: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	52, // 48: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	13, // 49: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	13, // 50: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 51: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 52: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	13, // 53: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	13, // 54: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	19, // 55: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	13, // 56: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	22, // 57: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	12, // 58: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	12, // 59: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	25, // 60: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	27, // 61: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	29, // 62: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	31, // 63: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	13, // 64: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	34, // 65: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	12, // 66: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	37, // 67: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	13, // 68: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	40, // 69: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	42, // 70: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	13, // 71: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	45, // 72: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	47, // 73: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	12, // 74: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	49, // 75: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	12, // 76: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	53, // 77: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	54, // 78: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	49, // [49:79] is the sub-list for method output_type
+	19, // [19:49] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
