@@ -37,13 +37,29 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt: $$out" >&2; exit 1; fi
 	$(GO) vet $(PKGS)
 
-# bench measures the 256 MiB copy in and out of a local cluster's mount next
-# to dd on the bare disk, in the same run (see docs/performance.md).
+# bench runs `shoal bench` with its defaults in a new directory under .bench/
+# (ignored by git): a local cluster measured through its mount and the client
+# API next to the bare disk and a loopback FUSE mount, in the same run (see
+# docs/performance.md). Add flags with BENCHFLAGS, e.g.
+# make bench BENCHFLAGS='--only big --json'. A failed run keeps its directory.
+BENCHFLAGS ?=
 bench: build deps
-	@bash tools/bench-copy.sh
+	@mkdir -p .bench && d=$$(mktemp -d -p .bench run.XXXX) && \
+	{ $(BIN) bench --dir $$d $(BENCHFLAGS); rc=$$?; \
+	  if [ $$rc -eq 0 ]; then rm -rf --one-file-system $$d; else echo "bench: kept $$d" >&2; fi; exit $$rc; }
 
 local: build deps
 	$(BIN) local --dir $(DATA) --mount $(MNT)
+
+# soak runs the long tests: the random-operation checker (test/fsx) with
+# SHOAL_FSX_OPS operations per case (default 200,000, minutes per case)
+# from seed SHOAL_FSX_SEED (default: the clock; printed), two of its cases
+# with injected faults (OST and MDS restarts), and the 100,000-entry
+# directory. SHOAL_FSX_CASE (a name prefix) or SHOAL_FSX_MODE (file, tree)
+# picks cases.
+.PHONY: soak
+soak: deps
+	SHOAL_FSX_OPS=$${SHOAL_FSX_OPS:-200000} $(GO) test -count=1 -timeout 0 -v -run 'TestFsxSoak|TestPosixBigDirectory' ./test/
 
 clean:
 	rm -rf bin

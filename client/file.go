@@ -52,6 +52,7 @@ type File struct {
 	// dirty is the write buffer: file bytes [dirtyOff, dirtyOff+len(dirty)).
 	dirtyOff   int64
 	dirty      []byte
+	wend       int64     // end of the last write: a write starting there streams
 	inflight   []*upload // cut from dirty, not yet committed; in write order
 	committing bool
 	err        error // first write error, reported by the next Fsync/Close
@@ -142,33 +143,69 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		f.err = nil
 		return 0, err
 	}
-	end := f.dirtyOff + int64(len(f.dirty))
-	if len(f.dirty) > 0 && (off < f.dirtyOff || off > end) {
-		f.cutLocked(int64(len(f.dirty)))
+	// A write that does not touch or extend the buffer cuts it first. The
+	// cut may wait (releasing f.mu) while other writers fill the buffer
+	// again, so check again after it.
+	for len(f.dirty) > 0 && (off < f.dirtyOff || off > f.dirtyOff+int64(len(f.dirty))) {
+		f.cutLocked(cutAll)
 	}
 	if len(f.dirty) == 0 {
 		f.dirtyOff = off
 		if f.dirty == nil {
-			f.dirty = make([]byte, 0, f.extMax)
+			f.dirty = make([]byte, 0, f.bufCap(off, len(p)))
 		}
 	}
 	rel := off - f.dirtyOff
-	if grow := rel + int64(len(p)) - int64(len(f.dirty)); grow > 0 {
-		f.dirty = append(f.dirty, make([]byte, grow)...)
+	if need := rel + int64(len(p)); need > int64(len(f.dirty)) {
+		if need > int64(cap(f.dirty)) {
+			nb := make([]byte, len(f.dirty), max(need, min(f.extMax, 2*int64(cap(f.dirty)))))
+			copy(nb, f.dirty)
+			f.dirty = nb
+		}
+		f.dirty = f.dirty[:need]
 	}
 	copy(f.dirty[rel:], p)
 	f.size = max(f.size, off+int64(len(p)))
+	f.wend = off + int64(len(p))
 	for int64(len(f.dirty)) >= f.extMax {
 		f.cutLocked(f.extMax)
 	}
 	return len(p), nil
 }
 
-// cutLocked moves the first n dirty bytes into a new upload, waiting while
-// too many uploads are in flight. f.mu must be held exclusively.
+// bufCap is the capacity of a new write buffer for a write of n bytes at
+// off: a whole extent for a writer that streams (the write continues the
+// previous one), else room for the write rounded up to 64 KiB, grown by
+// doubling as later writes extend it. A buffer is zeroed when allocated,
+// so a random small write must not cost a whole extent's worth (16 MiB
+// for RS 4+2 with 1 MiB cells).
+func (f *File) bufCap(off int64, n int) int64 {
+	if off == f.wend {
+		return f.extMax
+	}
+	const step = 64 << 10
+	return min(f.extMax, (int64(n)+step-1)/step*step)
+}
+
+// cutAll tells cutLocked to cut the whole write buffer.
+const cutAll = -1
+
+// cutLocked moves the first n dirty bytes (all of them for cutAll, and at
+// most all) into a new upload, waiting while too many uploads are in
+// flight. The wait releases f.mu, and other writes, cuts and flushes may
+// change the buffer meanwhile, so n is applied to the buffer as it is
+// after the wait: a length taken before it could be stale (past the end
+// of a buffer cut meanwhile, or short of bytes written meanwhile). f.mu
+// must be held exclusively.
 func (f *File) cutLocked(n int64) {
 	for len(f.inflight) >= f.c.opts.UploadsPerFile {
 		f.cond.Wait()
+	}
+	if n == cutAll || n > int64(len(f.dirty)) {
+		n = int64(len(f.dirty))
+	}
+	if n == 0 {
+		return
 	}
 	u := &upload{off: f.dirtyOff, data: f.dirty[:n:n]}
 	rest := f.dirty[n:]
@@ -238,7 +275,7 @@ func (f *File) commitLocked() {
 // committed. f.mu must be held exclusively.
 func (f *File) flushLocked() error {
 	if len(f.dirty) > 0 {
-		f.cutLocked(int64(len(f.dirty)))
+		f.cutLocked(cutAll)
 	}
 	for len(f.inflight) > 0 || f.committing {
 		f.cond.Wait()

@@ -278,3 +278,44 @@ func TestClusterRestartKeepsData(t *testing.T) {
 	}
 	mustEqual(t, "after restart", got, data)
 }
+
+// TestConcurrentWritersOneFile: several goroutines write disjoint ranges of
+// one File at once, in small pieces, so that the upload pipeline fills and
+// writers wait on it; every byte must land where it was written.
+func TestConcurrentWritersOneFile(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{Client: client.Options{UploadsPerFile: 1, ExtentRows: 1}})
+	c := cl.Client()
+	ctx := context.Background()
+	f, err := c.Create(ctx, "/cw", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, span = 4, 9 << 20
+	want := randBytes(77, writers*span)
+	errc := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			for off := w * span; off < (w+1)*span; off += 100_003 {
+				end := min(off+100_003, (w+1)*span)
+				if _, err := f.WriteAt(ctx, want[off:end], int64(off)); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readFile(cl.Client(), "/cw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "4 concurrent writers", got, want)
+}

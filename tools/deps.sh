@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the system packages Shoal needs, when they are missing: fuse3
-# (fusermount3, for mounting without root). Needs root or sudo for apt.
+# (fusermount3, for mounting without root) and sqlite3 (the tests run
+# programs on a mount). Needs root or sudo for apt.
 set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
 fi
