@@ -37,6 +37,9 @@ type File struct {
 	handle *handle // the open as announced to the MDS
 
 	lastEnd atomic.Int64 // end of the last read, for sequential detection
+	// writeNs is the time of the last WriteAt (0: none since open): the
+	// file's mtime once its writes commit.
+	writeNs atomic.Int64
 	// atimeDue is set at open when the first read must update atime
 	// (relatime rules); the first read clears it and updates the MDS.
 	atimeDue atomic.Bool
@@ -110,6 +113,14 @@ func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
 	return f, nil
 }
 
+// WriteTimeNs returns the time of the last write since the file was
+// opened (0: none), which becomes its mtime when the write commits.
+func (f *File) WriteTimeNs() int64 { return f.writeNs.Load() }
+
+// TimesSet tells the file that its mtime was set explicitly after its
+// writes were flushed: WriteTimeNs no longer applies until the next write.
+func (f *File) TimesSet() { f.writeNs.Store(0) }
+
 // Ino returns the file's inode number.
 func (f *File) Ino() uint64 { return f.ino }
 
@@ -167,6 +178,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	copy(f.dirty[rel:], p)
 	f.size = max(f.size, off+int64(len(p)))
 	f.wend = off + int64(len(p))
+	f.writeNs.Store(time.Now().UnixNano())
 	for int64(len(f.dirty)) >= f.extMax {
 		f.cutLocked(f.extMax)
 	}
@@ -252,7 +264,7 @@ func (f *File) commitLocked() {
 		if len(refs) > 0 {
 			f.committing = true
 			f.mu.Unlock()
-			_, err = f.c.mds.CommitExtents(f.ctx, &mdspb.CommitExtentsRequest{Ino: f.ino, Extents: refs})
+			_, err = f.c.mds.CommitExtents(f.ctx, &mdspb.CommitExtentsRequest{Ino: f.ino, Extents: refs, MtimeNs: f.writeNs.Load()})
 			f.mu.Lock()
 			f.committing = false
 		}

@@ -205,12 +205,13 @@ func (n *node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 
 // Writev is Write for data the kernel split into several buffers.
 func (n *node) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off int64) (uint32, syscall.Errno) {
+	pageWrite := n.m.isPageWrite(ctx)
 	ctx = detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return 0, syscall.EBADF
 	}
-	if h.flags&syscall.O_APPEND != 0 {
+	if h.flags&syscall.O_APPEND != 0 && !pageWrite {
 		h.of.appendMu.Lock()
 		defer h.of.appendMu.Unlock()
 		off = h.of.f.Size()

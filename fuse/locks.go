@@ -67,6 +67,37 @@ func (r *lockRaw) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Statu
 	return r.RawFileSystem.Flush(cancel, in)
 }
 
+// Write notes writes of dirty pages (a shared writable mapping written
+// back): those carry the page's own offset, which Writev must keep even on
+// an O_APPEND handle.
+func (r *lockRaw) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {
+	if in.WriteFlags&gofuse.WRITE_CACHE != 0 {
+		r.m.pageWrites.Store(cancel, true)
+		defer r.m.pageWrites.Delete(cancel)
+	}
+	return r.RawFileSystem.Write(cancel, in, data)
+}
+
+// Writev is Write for requests go-fuse received in several buffers.
+func (r *lockRaw) Writev(cancel <-chan struct{}, in *gofuse.WriteIn, data [][]byte) (uint32, gofuse.Status) {
+	if in.WriteFlags&gofuse.WRITE_CACHE != 0 {
+		r.m.pageWrites.Store(cancel, true)
+		defer r.m.pageWrites.Delete(cancel)
+	}
+	return r.RawFileSystem.Writev(cancel, in, data)
+}
+
+// isPageWrite reports whether the request of ctx (go-fuse's request
+// context, not detached) writes back page-cache pages.
+func (m *Mounted) isPageWrite(ctx context.Context) bool {
+	fc, ok := ctx.(*gofuse.Context)
+	if !ok {
+		return false
+	}
+	_, ok = m.pageWrites.Load(fc.Cancel)
+	return ok
+}
+
 func (r *lockRaw) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 	if in.ReleaseFlags&gofuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
 		r.m.owners.Store(cancel, reqOwner{owner: in.LockOwner, flock: true})

@@ -109,9 +109,12 @@ type Mounted struct {
 	dev        uint64 // st_dev of the mounted root; 0 if unknown
 	server     *gofuse.Server
 
-	unknown   sync.Map // error kinds already logged at warn level, by "op/type"
-	owners    sync.Map // reqOwner of the FLUSH and RELEASE requests being served, by cancel channel (locks.go)
-	cleanOnce sync.Once
+	unknown sync.Map // error kinds already logged at warn level, by "op/type"
+	owners  sync.Map // reqOwner of the FLUSH and RELEASE requests being served, by cancel channel (locks.go)
+	// pageWrites holds the cancel channels of WRITE requests that write
+	// back page-cache pages (locks.go's lockRaw.Write).
+	pageWrites sync.Map
+	cleanOnce  sync.Once
 
 	mu struct {
 		sync.Mutex
@@ -173,7 +176,9 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 		AttrTimeout:    &attrTimeout,
 		EntryTimeout:   &entryTimeout,
 		RootStableAttr: &gofs.StableAttr{Ino: client.RootIno, Mode: syscall.S_IFDIR},
-		Logger:         slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		// Mode 0 is a real mode (chmod 000), not "use a default".
+		NullPermissions: true,
+		Logger:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	type result struct {
 		server *gofuse.Server

@@ -113,30 +113,39 @@ func (m *Mounted) fill(a *mdspb.Attr, out *gofuse.Attr) {
 	if typeBits(a.GetMode()) != syscall.S_IFREG {
 		return
 	}
-	if size, ok := m.openSize(a.GetIno()); ok {
-		out.Size = uint64(size)
-		out.Blocks = (out.Size + 511) / 512
+	f := m.openFile(a.GetIno())
+	if f == nil {
+		return
+	}
+	out.Size = uint64(f.Size())
+	out.Blocks = (out.Size + 511) / 512
+	// Writes not yet committed changed mtime and ctime already.
+	if w := f.WriteTimeNs(); w > a.GetMtimeNs() {
+		out.Mtime, out.Mtimensec = splitNs(w)
+		if w > a.GetCtimeNs() {
+			out.Ctime, out.Ctimensec = splitNs(w)
+		}
 	}
 }
 
-// openSize returns the size of ino as its open file in this mount sees it,
+// openFile returns the client File of ino open in this mount, or nil,
 // without waiting for anything.
-func (m *Mounted) openSize(ino uint64) (int64, bool) {
+func (m *Mounted) openFile(ino uint64) *client.File {
 	m.mu.Lock()
 	of := m.mu.files[ino]
 	m.mu.Unlock()
 	if of == nil {
-		return 0, false
+		return nil
 	}
 	select {
 	case <-of.ready:
 	default:
-		return 0, false
+		return nil
 	}
 	if of.err != nil {
-		return 0, false
+		return nil
 	}
-	return of.f.Size(), true
+	return of.f
 }
 
 // newChild returns the go-fuse inode for a, reusing the existing one when
@@ -244,6 +253,24 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 		} else {
 			set(mdspb.SetAttrBits_SETATTR_SIZE)
 			req.Size = size
+		}
+	}
+
+	// An explicit mtime (tar -x, cp -p, rsync set it before close) must
+	// not be overwritten by the commit of writes still buffered: flush
+	// them first.
+	if in.Valid&(gofuse.FATTR_MTIME|gofuse.FATTR_MTIME_NOW) != 0 {
+		var of *openFile
+		if h := handleOf(f); h != nil {
+			of = h.of
+		} else if of = n.m.pin(ctx, ino); of != nil {
+			defer n.m.release(ctx, of)
+		}
+		if of != nil {
+			if err := of.f.Fsync(ctx); err != nil {
+				return n.m.errno("setattr", ino, err)
+			}
+			of.f.TimesSet()
 		}
 	}
 
