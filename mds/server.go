@@ -6,10 +6,12 @@
 //
 // # Concurrency
 //
-// Every mutating call runs as one Pebble batch committed with pebble.Sync
-// before the reply; mutations are serialized by Server.mu (a Raft log will
-// take its place when the MDS is replicated). The batch is indexed, so a
-// mutation reads its own writes. Reads go straight to Pebble, through a
+// Every mutating call runs as one Pebble batch, serialized by Server.mu (a
+// Raft log will take its place when the MDS is replicated), and replies
+// only once the batch is durable: batches are committed to the WAL without
+// a sync under Server.mu, and one synced WAL write after the lock serves
+// every batch committed before it (group commit, walSyncer in txn.go). The
+// batch is indexed, so a mutation reads its own writes. Reads go straight to Pebble, through a
 // snapshot when they read more than one key.
 //
 // Lock order: Server.life (read side, held by every RPC for its duration)
@@ -124,6 +126,8 @@ type Server struct {
 	}
 
 	osts ostTable
+
+	wal walSyncer // group commit of mutations (txn.go)
 
 	// gc is owned by the GC goroutine; Close waits for it before touching
 	// conns.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
@@ -38,9 +39,20 @@ type refDelta struct {
 	delta int64
 }
 
-// update runs fn as one mutation, serialized with every other, and commits
-// it with pebble.Sync. Nothing is written if fn fails.
+// update runs fn as one mutation, serialized with every other, commits it,
+// and returns once it is durable (synced by the group commit of walSyncer).
+// Nothing is written if fn fails.
 func (s *Server) update(fn func(t *txn) error) error {
+	committed, err := s.apply(fn)
+	if err != nil || !committed {
+		return err
+	}
+	return s.wal.sync(s.db)
+}
+
+// apply runs fn and commits its batch without waiting for the WAL sync,
+// under the mutation lock. It reports whether anything was written.
+func (s *Server) apply(fn func(t *txn) error) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := &txn{
@@ -50,16 +62,63 @@ func (s *Server) update(fn func(t *txn) error) error {
 	}
 	defer t.b.Close()
 	if err := fn(t); err != nil {
-		return err
+		return false, err
 	}
 	if err := t.flush(); err != nil {
-		return err
+		return false, err
 	}
 	if t.b.Empty() {
-		return nil
+		return false, nil
 	}
-	if err := t.b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("mds: commit: %w", err)
+	if err := t.b.Commit(pebble.NoSync); err != nil {
+		return false, fmt.Errorf("mds: commit: %w", err)
+	}
+	return true, nil
+}
+
+// walSyncer is the MDS's group commit. A mutation commits its batch to
+// the WAL without syncing, under the mutation lock, then waits here, outside
+// the lock, for a WAL sync that started after its commit. One sync (a synced
+// log-only record: the WAL is sequential, so it makes every earlier record
+// durable) serves every mutation that committed before it started, so
+// concurrent creates share fsyncs instead of queueing one fsync each behind
+// the lock. A call is still acknowledged only once its batch is durable.
+// Other calls may read a mutation in the moment between its commit and its
+// sync; should the MDS crash then, that mutation was never acknowledged.
+type walSyncer struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	requested uint64 // mutations registered (each after its commit)
+	synced    uint64 // mutations covered by the last finished sync
+	running   bool
+}
+
+func (w *walSyncer) sync(db *pebble.DB) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cond == nil {
+		w.cond = sync.NewCond(&w.mu)
+	}
+	w.requested++
+	mine := w.requested
+	for w.synced < mine {
+		if w.running {
+			w.cond.Wait()
+			continue
+		}
+		w.running = true
+		target := w.requested
+		w.mu.Unlock()
+		err := db.LogData([]byte("sync"), pebble.Sync)
+		w.mu.Lock()
+		w.running = false
+		if err == nil {
+			w.synced = target
+		}
+		w.cond.Broadcast()
+		if err != nil {
+			return fmt.Errorf("mds: sync WAL: %w", err)
+		}
 	}
 	return nil
 }
