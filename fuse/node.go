@@ -236,15 +236,20 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 	// comes with CAP_HANDLE_KILLPRIV_V2, which go-fuse does not ask for:
 	// the kernel sends the mode change instead.
 
-	if size, ok := in.GetSize(); ok {
-		if size > uint64(client.MaxFileSize) {
-			return syscall.EFBIG
-		}
-		var of *openFile
+	// A size or mtime change of a file open in this mount goes through
+	// its client File.
+	var of *openFile
+	if in.Valid&(gofuse.FATTR_SIZE|gofuse.FATTR_MTIME|gofuse.FATTR_MTIME_NOW) != 0 {
 		if h := handleOf(f); h != nil {
 			of = h.of
 		} else if of = n.m.pin(ctx, ino); of != nil {
 			defer n.m.release(ctx, of)
+		}
+	}
+
+	if size, ok := in.GetSize(); ok {
+		if size > uint64(client.MaxFileSize) {
+			return syscall.EFBIG
 		}
 		if of != nil {
 			if err := of.f.Truncate(ctx, int64(size)); err != nil {
@@ -259,19 +264,11 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 	// An explicit mtime (tar -x, cp -p, rsync set it before close) must
 	// not be overwritten by the commit of writes still buffered: flush
 	// them first.
-	if in.Valid&(gofuse.FATTR_MTIME|gofuse.FATTR_MTIME_NOW) != 0 {
-		var of *openFile
-		if h := handleOf(f); h != nil {
-			of = h.of
-		} else if of = n.m.pin(ctx, ino); of != nil {
-			defer n.m.release(ctx, of)
+	if in.Valid&(gofuse.FATTR_MTIME|gofuse.FATTR_MTIME_NOW) != 0 && of != nil {
+		if err := of.f.Fsync(ctx); err != nil {
+			return n.m.errno("setattr", ino, err)
 		}
-		if of != nil {
-			if err := of.f.Fsync(ctx); err != nil {
-				return n.m.errno("setattr", ino, err)
-			}
-			of.f.TimesSet()
-		}
+		of.f.TimesSet()
 	}
 
 	var a *mdspb.Attr
