@@ -6,7 +6,7 @@ PKGS    := ./...
 DATA    ?= ./data
 MNT     ?= ./mnt
 
-.PHONY: all build deps test test-short generate check-generate lint bench local clean
+.PHONY: all build deps test test-short generate check-generate lint bench local clean gpu-check
 
 all: build
 
@@ -50,6 +50,14 @@ bench: build deps
 
 local: build deps
 	$(BIN) local --dir $(DATA) --mount $(MNT)
+
+# gpu-check proves the GPU read path (gds/) on a machine with an NVIDIA GPU:
+# a checkpoint restored into GPU memory by each path, every byte checked on
+# the device, GB/s beside cuFileRead and pread+cudaMemcpy baselines, in under
+# 5 minutes (docs/gpu.md). Without a GPU it stops at once saying so.
+# GPU_CHECK_SIZE (default 2GiB) and GPU_CHECK_DIR (default a temp dir).
+gpu-check:
+	@bash tools/gpu-check.sh
 
 # soak runs the long tests: the random-operation checker (test/fsx) with
 # SHOAL_FSX_OPS operations per case (default 200,000, minutes per case)

@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/shoalfs/shoal/internal/erasure"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -53,34 +52,57 @@ func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, da
 	return nil, fmt.Errorf("write extent at %d: %d attempts failed: %w", fileOff, writeAttempts, lastErr)
 }
 
-// encodeChunks lays data out as the k+m chunks of an extent.
-func encodeChunks(lo layout.Layout, data []byte) ([][]byte, error) {
-	coder, err := erasure.New(lo)
+// encodeChunks lays data out as the k+m chunks of an extent, each a list
+// of byte slices to be sent back to back. The data chunks are slices of
+// data itself (cell j of every row), so their bytes reach the socket
+// without a copy; the parity chunks are pooled buffers. A last, partial
+// row is first copied into a pooled row padded with zeros. release gives
+// the pooled buffers back; the chunks must not be used after it.
+func (c *Client) encodeChunks(lo layout.Layout, data []byte) (chunks [][][]byte, release func(), err error) {
+	coder, err := c.coder(lo)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var pooled [][]byte
+	release = func() {
+		for _, b := range pooled {
+			c.bufs.Put(b)
+		}
 	}
 	g := lo.Geom(int64(len(data)))
 	chunkLen := g.ChunkLen()
-	chunks := make([][]byte, lo.Shards())
-	for j := range chunks {
-		chunks[j] = make([]byte, chunkLen)
+	parity := make([][]byte, lo.M)
+	for i := range parity {
+		parity[i] = c.bufs.Get(int(chunkLen))
+		pooled = append(pooled, parity[i])
 	}
+	chunks = make([][][]byte, lo.Shards())
 	cells := make([][]byte, lo.Shards())
 	for r := int64(0); r < g.Rows(); r++ {
 		row := g.Row(r)
-		for j := range cells {
-			cells[j] = chunks[j][row.ChunkOff : row.ChunkOff+row.Cell]
-		}
 		src := data[row.DataOff : row.DataOff+row.DataLen]
-		for j := 0; j < lo.K && len(src) > 0; j++ {
-			n := copy(cells[j], src)
-			src = src[n:]
+		if full := int64(lo.K) * row.Cell; row.DataLen < full {
+			pad := c.bufs.Get(int(full))
+			pooled = append(pooled, pad)
+			clear(pad[copy(pad, src):])
+			src = pad
+		}
+		for j := 0; j < lo.K; j++ {
+			cells[j] = src[int64(j)*row.Cell : int64(j+1)*row.Cell]
+			chunks[j] = append(chunks[j], cells[j])
+		}
+		for i := range parity {
+			cells[lo.K+i] = parity[i][row.ChunkOff : row.ChunkOff+row.Cell]
 		}
 		if err := coder.Encode(cells); err != nil {
-			return nil, err
+			release()
+			return nil, nil, err
 		}
 	}
-	return chunks, nil
+	for i := range parity {
+		chunks[lo.K+i] = [][]byte{parity[i]}
+	}
+	return chunks, release, nil
 }
 
 // writeChunks encodes and writes every chunk of ext. It returns the OSTs
@@ -90,19 +112,18 @@ func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte
 	if err != nil {
 		return nil, err
 	}
-	chunks, err := encodeChunks(g.Layout, data)
+	chunks, release, err := c.encodeChunks(g.Layout, data)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	var mu sync.Mutex
 	var failed []uint32
 	var firstErr error
 	var wg sync.WaitGroup
 	for j, ostID := range ext.GetOsts() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.writeChunk(ctx, ostID, &ostpb.ChunkId{Extent: ext.GetId(), Index: uint32(j)}, chunks[j])
+		wg.Go(func() {
+			err := c.writeChunk(ctx, ostID, ext.GetId(), uint32(j), chunks[j])
 			if err != nil {
 				c.metrics.chunkErrors.WithLabelValues("write").Inc()
 				mu.Lock()
@@ -112,21 +133,26 @@ func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return failed, firstErr
 }
 
-func (c *Client) writeChunk(ctx context.Context, ostID uint32, id *ostpb.ChunkId, data []byte) error {
+// writeChunk writes chunk index of extent, the concatenation of data, to
+// OST ostID: over its data path, or over gRPC when it has none.
+func (c *Client) writeChunk(ctx context.Context, ostID uint32, extent uint64, index uint32, data [][]byte) error {
 	for try := 0; ; try++ {
-		o, err := c.ost(ctx, ostID, try > 0)
-		if err != nil {
-			return err
+		o, daddr, err := c.chunkRoute(ctx, ostID, try > 0)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
+			if daddr != "" {
+				err = c.data.Write(cctx, daddr, extent, index, data)
+			} else {
+				err = c.writeChunkGRPC(cctx, o, extent, index, data)
+			}
+			cancel()
 		}
-		cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
-		_, err = o.WriteChunk(cctx, &ostpb.WriteChunkRequest{Id: id, Data: data})
-		cancel()
 		// An unreachable OST may have moved: retry once with a fresh address.
 		if err != nil && try == 0 && errors.Is(err, errs.ErrUnavailable) && ctx.Err() == nil {
 			continue
@@ -135,131 +161,219 @@ func (c *Client) writeChunk(ctx context.Context, ostID uint32, id *ostpb.ChunkId
 	}
 }
 
-// readChunk reads [off, off+n) of chunk j of ext.
-func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off, n int64) ([]byte, error) {
+func (c *Client) writeChunkGRPC(ctx context.Context, o ostpb.OstClient, extent uint64, index uint32, data [][]byte) error {
+	var b []byte
+	if len(data) == 1 {
+		b = data[0]
+	} else {
+		n := 0
+		for _, d := range data {
+			n += len(d)
+		}
+		b = c.bufs.Get(n)
+		defer c.bufs.Put(b)
+		b = b[:0]
+		for _, d := range data {
+			b = append(b, d...)
+		}
+	}
+	_, err := o.WriteChunk(ctx, &ostpb.WriteChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Data: b})
+	return err
+}
+
+// readChunk reads bytes [off, off+n) of chunk j of ext into dst, in order,
+// where n is the total length of dst's slices. Over the data path the bytes
+// go from the socket straight into dst. On an error dst holds garbage.
+func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off int64, dst [][]byte) error {
 	ostID := ext.GetOsts()[j]
 	for try := 0; ; try++ {
-		o, err := c.ost(ctx, ostID, try > 0)
-		if err != nil {
-			return nil, err
+		o, daddr, err := c.chunkRoute(ctx, ostID, try > 0)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
+			if daddr != "" {
+				err = c.data.Read(cctx, daddr, ext.GetId(), uint32(j), uint64(off), dst)
+			} else {
+				err = readChunkGRPC(cctx, o, ext.GetId(), uint32(j), off, dst)
+			}
+			cancel()
 		}
-		cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
-		r, err := o.ReadChunk(cctx, &ostpb.ReadChunkRequest{Id: &ostpb.ChunkId{Extent: ext.GetId(), Index: uint32(j)}, Offset: uint64(off), Length: uint64(n)})
-		cancel()
 		if err != nil && try == 0 && errors.Is(err, errs.ErrUnavailable) && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
 			c.metrics.chunkErrors.WithLabelValues("read").Inc()
-			return nil, fmt.Errorf("extent %d chunk %d on OST %d: %w", ext.GetId(), j, ostID, err)
+			return fmt.Errorf("extent %d chunk %d on OST %d: %w", ext.GetId(), j, ostID, err)
 		}
-		if int64(len(r.GetData())) != n {
-			return nil, fmt.Errorf("extent %d chunk %d on OST %d: short read %d of %d: %w", ext.GetId(), j, ostID, len(r.GetData()), n, errs.ErrCorrupt)
-		}
-		return r.GetData(), nil
+		return nil
 	}
 }
 
-// readRows reads rows [r0, r1) of ext and returns their data bytes, in
-// extent order. It reads the data chunks first; when any fails it reads the
-// others and rebuilds the rows from any k chunks.
-func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64) ([]byte, error) {
+func readChunkGRPC(ctx context.Context, o ostpb.OstClient, extent uint64, index uint32, off int64, dst [][]byte) error {
+	n := 0
+	for _, d := range dst {
+		n += len(d)
+	}
+	r, err := o.ReadChunk(ctx, &ostpb.ReadChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Offset: uint64(off), Length: uint64(n)})
+	if err != nil {
+		return err
+	}
+	data := r.GetData()
+	if len(data) != n {
+		return fmt.Errorf("short read %d of %d: %w", len(data), n, errs.ErrCorrupt)
+	}
+	for _, d := range dst {
+		data = data[copy(d, data):]
+	}
+	return nil
+}
+
+// rowsLen is the number of data bytes in rows [r0, r1) of an extent.
+func rowsLen(g layout.Geometry, r0, r1 int64) int64 {
+	last := g.Row(r1 - 1)
+	return last.DataOff + last.DataLen - g.Row(r0).DataOff
+}
+
+// readRows reads rows [r0, r1) of ext into out, which holds exactly their
+// data bytes, in extent order. The data chunks are read first, straight
+// into their places in out (padding past the data of a partial row is not
+// read). When any fails, the parity chunks are read too and the missing
+// cells are rebuilt from any k chunks.
+func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) error {
 	g, err := extentGeom(ext)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	if want := rowsLen(g, r0, r1); int64(len(out)) != want {
+		return fmt.Errorf("extent %d rows [%d, %d): buffer of %d bytes for %d: %w", ext.GetId(), r0, r1, len(out), want, errs.ErrInvalid)
 	}
 	lo := g.Layout
 	first, last := g.Row(r0), g.Row(r1-1)
 	cOff := first.ChunkOff
 	cLen := last.ChunkOff + last.Cell - cOff
-	chunks := make([][]byte, lo.Shards())
+	// cellIn returns where cell j of row lies in out, and how many of its
+	// bytes are data (the rest of a partial row's cell is padding).
+	cellIn := func(row layout.Row, j int) (start, n int64) {
+		start = row.DataOff - first.DataOff + int64(j)*row.Cell
+		n = min(max(row.DataLen-int64(j)*row.Cell, 0), row.Cell)
+		return start, n
+	}
 	errsByChunk := make([]error, lo.Shards())
-
-	fetch := func(js []int) {
-		var wg sync.WaitGroup
-		for _, j := range js {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				chunks[j], errsByChunk[j] = c.readChunk(ctx, ext, j, cOff, cLen)
-			}()
+	var wg sync.WaitGroup
+	for j := 0; j < lo.K; j++ {
+		// Only the last row can be partial, so the data of chunk j is a
+		// prefix of its range [cOff, cOff+cLen).
+		var dst [][]byte
+		for r := r0; r < r1; r++ {
+			if s, n := cellIn(g.Row(r), j); n > 0 {
+				dst = append(dst, out[s:s+n])
+			}
 		}
-		wg.Wait()
+		if len(dst) == 0 {
+			continue
+		}
+		wg.Go(func() { errsByChunk[j] = c.readChunk(ctx, ext, j, cOff, dst) })
 	}
-	data := make([]int, lo.K)
-	for j := range data {
-		data[j] = j
-	}
-	fetch(data)
+	wg.Wait()
 	var bad []int
 	for j := 0; j < lo.K; j++ {
 		if errsByChunk[j] != nil {
 			bad = append(bad, j)
 		}
 	}
-	if len(bad) > 0 {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		for _, j := range bad {
-			c.log.Warn("chunk read failed; reconstructing", "extent", ext.GetId(), "chunk", j, "ost", ext.GetOsts()[j], "err", errsByChunk[j])
-		}
-		c.metrics.degradedReads.Inc()
-		var parity []int
-		for j := lo.K; j < lo.Shards(); j++ {
-			parity = append(parity, j)
-		}
-		fetch(parity)
-		present := 0
-		for j := range chunks {
-			if errsByChunk[j] != nil {
-				chunks[j] = nil
-			} else {
-				present++
-			}
-		}
-		if present < lo.K {
-			var all []error
-			for _, e := range errsByChunk {
-				if e != nil {
-					all = append(all, e)
-				}
-			}
-			return nil, fmt.Errorf("extent %d: %d of %d chunks readable, need %d: %w (%w)", ext.GetId(), present, lo.Shards(), lo.K, errs.ErrUnavailable, errors.Join(all...))
+	if len(bad) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range bad {
+		c.log.Warn("chunk read failed; reconstructing", "extent", ext.GetId(), "chunk", j, "ost", ext.GetOsts()[j], "err", errsByChunk[j])
+	}
+	c.metrics.degradedReads.Inc()
+	parity := make([][]byte, lo.M)
+	for i := range parity {
+		parity[i] = c.bufs.Get(int(cLen))
+		defer c.bufs.Put(parity[i])
+		wg.Go(func() { errsByChunk[lo.K+i] = c.readChunk(ctx, ext, lo.K+i, cOff, [][]byte{parity[i]}) })
+	}
+	wg.Wait()
+	present := 0
+	for _, e := range errsByChunk {
+		if e == nil {
+			present++
 		}
 	}
-	coder, err := erasure.New(lo)
+	if present < lo.K {
+		var all []error
+		for _, e := range errsByChunk {
+			if e != nil {
+				all = append(all, e)
+			}
+		}
+		return fmt.Errorf("extent %d: %d of %d chunks readable, need %d: %w (%w)", ext.GetId(), present, lo.Shards(), lo.K, errs.ErrUnavailable, errors.Join(all...))
+	}
+	coder, err := c.coder(lo)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]byte, last.DataOff+last.DataLen-first.DataOff)
 	cells := make([][]byte, lo.Shards())
 	for r := r0; r < r1; r++ {
 		row := g.Row(r)
 		rel := row.ChunkOff - cOff
 		for j := range cells {
 			cells[j] = nil
-			if chunks[j] != nil {
-				cells[j] = chunks[j][rel : rel+row.Cell]
+			switch {
+			case errsByChunk[j] != nil:
+			case j >= lo.K:
+				cells[j] = parity[j-lo.K][rel : rel+row.Cell]
+			default:
+				s, n := cellIn(row, j)
+				if n == row.Cell {
+					cells[j] = out[s : s+n]
+					break
+				}
+				// A partial row's cell: its data, then the zero padding
+				// it was encoded with.
+				tmp := c.bufs.Get(int(row.Cell))
+				defer c.bufs.Put(tmp)
+				m := 0
+				if n > 0 {
+					m = copy(tmp, out[s:s+n])
+				}
+				clear(tmp[m:])
+				cells[j] = tmp
 			}
 		}
-		if len(bad) > 0 {
-			if err := coder.ReconstructData(cells); err != nil {
-				return nil, fmt.Errorf("extent %d row %d: %w", ext.GetId(), r, err)
+		if err := coder.ReconstructData(cells); err != nil {
+			return fmt.Errorf("extent %d row %d: %w", ext.GetId(), r, err)
+		}
+		for _, j := range bad {
+			if s, n := cellIn(row, j); n > 0 {
+				copy(out[s:s+n], cells[j])
 			}
 		}
-		dst := out[row.DataOff-first.DataOff : row.DataOff-first.DataOff+row.DataLen]
-		for j := 0; j < lo.K && len(dst) > 0; j++ {
-			n := copy(dst, cells[j])
-			dst = dst[n:]
-		}
+	}
+	return nil
+}
+
+// readRowPooled reads row r of ext into a buffer of the client's pool,
+// which the caller gives back (c.bufs.Put) when done with it.
+func (c *Client) readRowPooled(ctx context.Context, ext *mdspb.Extent, r int64) ([]byte, error) {
+	g, err := extentGeom(ext)
+	if err != nil {
+		return nil, err
+	}
+	out := c.bufs.Get(int(rowsLen(g, r, r+1)))
+	if err := c.readRows(ctx, ext, r, r+1, out); err != nil {
+		c.bufs.Put(out)
+		return nil, err
 	}
 	return out, nil
 }
 
 // readExact reads extent bytes [off, off+len(buf)) into buf with one chunk
-// read per piece; any failure falls back to whole-row reads, which rebuild
-// from parity.
+// read per piece, straight into buf; any failure falls back to whole-row
+// reads, which rebuild from parity.
 func (c *Client) readExact(ctx context.Context, ext *mdspb.Extent, off int64, buf []byte) error {
 	g, err := extentGeom(ext)
 	if err != nil {
@@ -272,12 +386,7 @@ func (c *Client) readExact(ctx context.Context, ext *mdspb.Extent, off int64, bu
 	var eg errgroup.Group
 	for _, p := range pieces {
 		eg.Go(func() error {
-			b, err := c.readChunk(ctx, ext, p.Chunk, p.ChunkOff, p.Len)
-			if err != nil {
-				return err
-			}
-			copy(buf[p.BufOff:], b)
-			return nil
+			return c.readChunk(ctx, ext, p.Chunk, p.ChunkOff, [][]byte{buf[p.BufOff : p.BufOff+p.Len]})
 		})
 	}
 	if err := eg.Wait(); err == nil || ctx.Err() != nil {
@@ -285,8 +394,9 @@ func (c *Client) readExact(ctx context.Context, ext *mdspb.Extent, off int64, bu
 	}
 	r0 := g.RowOf(off).Index
 	r1 := g.RowOf(off+int64(len(buf))-1).Index + 1
-	rows, err := c.readRows(ctx, ext, r0, r1)
-	if err != nil {
+	rows := c.bufs.Get(int(rowsLen(g, r0, r1)))
+	defer c.bufs.Put(rows)
+	if err := c.readRows(ctx, ext, r0, r1, rows); err != nil {
 		return err
 	}
 	copy(buf, rows[off-g.Row(r0).DataOff:])

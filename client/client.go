@@ -3,8 +3,8 @@
 // against the OSTs. The FUSE mount, the checkpoint API, the admin CLI and the
 // benchmarks are built on it.
 //
-// Lock order: File.mu, then Client.mu. Client.mu guards only the connection
-// and OST address caches and is never held across an RPC. File.mu also comes
+// Lock order: File.mu, then Client.mu. Client.mu guards only the connection,
+// OST address and coder caches and is never held across an RPC. File.mu also comes
 // before the session's locks (session.go).
 //
 // A Client holds a session at the MDS (session.go): files it opens are
@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/shoalfs/shoal/internal/datanet"
+	"github.com/shoalfs/shoal/internal/erasure"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/internal/wire"
@@ -60,6 +61,21 @@ type Options struct {
 	// Name identifies the client in its MDS session, for the MDS's logs.
 	// Default "shoal".
 	Name string
+	// EarlyNamespaceReplies has the MDS acknowledge namespace changes
+	// (create, mkdir, unlink, rename, link, symlink, setattr, xattrs) once
+	// they are committed and visible to every client, before their WAL
+	// sync, as a local file system does; SyncNamespace (fsync of a
+	// directory) and every synced call (an extent commit: fsync, close
+	// with data) make them durable. Off: each is durable when it returns.
+	// The FUSE mount turns it on unless told not to (docs/fuse.md).
+	EarlyNamespaceReplies bool
+	// GRPCChunks sends chunk reads and writes over gRPC even to OSTs that
+	// offer the data path (internal/datanet), as OSTs without one always
+	// get them: for comparisons and tests.
+	GRPCChunks bool
+	// DataConnsPerOST bounds the idle data-path connections kept per OST.
+	// Default datanet.DefaultMaxIdlePerAddr.
+	DataConnsPerOST int
 }
 
 func (o *Options) setDefaults() error {
@@ -96,14 +112,19 @@ func (o *Options) setDefaults() error {
 type Client struct {
 	opts    Options
 	log     *slog.Logger
-	mdsConn *grpc.ClientConn
+	mdsConn *wire.GroupConn
 	mds     mdspb.MdsClient
 	metrics *metrics
 
+	data *datanet.Client  // the data path to the OSTs
+	bufs *datanet.BufPool // chunk buffers: parity, rows, scratch
+
 	mu struct {
 		sync.Mutex
-		conns   map[string]*grpc.ClientConn // by OST address
-		ostAddr map[uint32]string           // OST id -> address
+		conns    map[string]*grpc.ClientConn // by OST address
+		ostAddr  map[uint32]string           // OST id -> address
+		dataAddr map[uint32]dataRoute        // OST id -> its data path, from Info
+		coders   map[layout.Layout]*erasure.Coder
 	}
 
 	sess      session     // session.go
@@ -117,14 +138,18 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
-	addr := strings.Split(o.MDS, ",")[0]
-	conn, err := wire.Dial(addr)
+	addr := o.MDS
+	conn, err := wire.DialGroup(addr) // one address, or a replicated group
+
 	if err != nil {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
 	}
-	c := &Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry)}
+	c := &Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
+		data: datanet.NewClient(datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST}), bufs: &datanet.BufPool{}}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.ostAddr = map[uint32]string{}
+	c.mu.dataAddr = map[uint32]dataRoute{}
+	c.mu.coders = map[layout.Layout]*erasure.Coder{}
 	if _, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: RootIno}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client: MDS %s: %w", addr, err)
@@ -159,6 +184,7 @@ func (c *Client) closeConns() error {
 	for _, cc := range conns {
 		cc.Close()
 	}
+	c.data.Close()
 	return c.mdsConn.Close()
 }
 
@@ -166,21 +192,21 @@ func (c *Client) closeConns() error {
 // the client does not wrap.
 func (c *Client) MDS() mdspb.MdsClient { return c.mds }
 
-// ost returns a stub for OST id, refreshing the address table from the MDS
-// when the id is unknown or refresh is set.
-func (c *Client) ost(ctx context.Context, id uint32, refresh bool) (ostpb.OstClient, error) {
+// ost returns a stub for OST id and its address, refreshing the address
+// table from the MDS when the id is unknown or refresh is set.
+func (c *Client) ost(ctx context.Context, id uint32, refresh bool) (ostpb.OstClient, string, error) {
 	c.mu.Lock()
 	addr, ok := c.mu.ostAddr[id]
 	c.mu.Unlock()
 	if !ok || refresh {
 		if err := c.refreshOsts(ctx); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		c.mu.Lock()
 		addr, ok = c.mu.ostAddr[id]
 		c.mu.Unlock()
 		if !ok {
-			return nil, fmt.Errorf("OST %d is not registered: %w", id, errs.ErrUnavailable)
+			return nil, "", fmt.Errorf("OST %d is not registered: %w", id, errs.ErrUnavailable)
 		}
 	}
 	c.mu.Lock()
@@ -189,11 +215,62 @@ func (c *Client) ost(ctx context.Context, id uint32, refresh bool) (ostpb.OstCli
 	if !ok {
 		var err error
 		if cc, err = wire.Dial(addr); err != nil {
-			return nil, fmt.Errorf("dial OST %d at %s: %w", id, addr, err)
+			return nil, "", fmt.Errorf("dial OST %d at %s: %w", id, addr, err)
 		}
 		c.mu.conns[addr] = cc
 	}
-	return ostpb.NewOstClient(cc), nil
+	return ostpb.NewOstClient(cc), addr, nil
+}
+
+// dataRoute is an OST's data path as its Info reported it.
+type dataRoute struct {
+	grpcAddr string // the gRPC address Info was asked at
+	addr     string // the data path's address; "" = none, use gRPC
+}
+
+// chunkRoute returns the stub of OST id and the address of its data path
+// ("" when chunk I/O must use gRPC). The data address comes from the OST's
+// Info, asked once per gRPC address and again on refresh, so that an OST
+// restarted on a new data port is found again.
+func (c *Client) chunkRoute(ctx context.Context, id uint32, refresh bool) (ostpb.OstClient, string, error) {
+	o, addr, err := c.ost(ctx, id, refresh)
+	if err != nil || c.opts.GRPCChunks {
+		return o, "", err
+	}
+	c.mu.Lock()
+	d, ok := c.mu.dataAddr[id]
+	c.mu.Unlock()
+	if ok && !refresh && d.grpcAddr == addr {
+		return o, d.addr, nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
+	r, err := o.Info(ictx, &ostpb.InfoRequest{})
+	cancel()
+	if err != nil {
+		return nil, "", fmt.Errorf("OST %d at %s: info: %w", id, addr, err)
+	}
+	c.mu.Lock()
+	c.mu.dataAddr[id] = dataRoute{grpcAddr: addr, addr: r.GetDataAddr()}
+	c.mu.Unlock()
+	return o, r.GetDataAddr(), nil
+}
+
+// coder returns the erasure coder of lo, made once per layout.
+func (c *Client) coder(lo layout.Layout) (*erasure.Coder, error) {
+	c.mu.Lock()
+	cd, ok := c.mu.coders[lo]
+	c.mu.Unlock()
+	if ok {
+		return cd, nil
+	}
+	cd, err := erasure.New(lo)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.mu.coders[lo] = cd
+	c.mu.Unlock()
+	return cd, nil
 }
 
 func (c *Client) refreshOsts(ctx context.Context) error {

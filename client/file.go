@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -77,35 +78,86 @@ type upload struct {
 // the file's last name keeps its data, which stays readable and writable
 // through the File.
 func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
-	h, err := c.openHandle(ctx, ino)
+	// One call registers the open handle and returns the extent map.
+	h, r, err := c.openHandle(ctx, ino)
 	if err != nil {
 		return nil, fmt.Errorf("open inode %d: %w", ino, err)
 	}
-	defer func() {
+	f, err := c.newFile(ctx, ino, h, r.GetAttr(), r.GetExtents())
+	if err != nil {
+		c.releaseHandle(ctx, h)
+		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+	}
+	return f, nil
+}
+
+// CreateFileIn creates the regular file name in parent as CreateIn does
+// and opens it in the same MDS call: one round trip instead of three. A
+// non-exclusive create that finds a regular file opens it.
+func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, exclusive bool) (*File, *mdspb.Attr, error) {
+	h := &handle{}
+	id := c.sessionID()
+	reply, err := c.mds.Create(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFREG | mode&0o7777, Uid: uid, Gid: gid, Exclusive: exclusive, OpenSession: id})
+	switch {
+	case errors.Is(err, errs.ErrStale):
+		// The session is gone and nothing was created: create without
+		// it and open the file through a new session.
+		a, err := c.CreateIn(ctx, parent, name, mode, uid, gid, exclusive)
 		if err != nil {
-			c.releaseHandle(ctx, h)
+			return nil, nil, err
 		}
-	}()
-	r, err := c.mds.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: ino})
-	if err != nil {
-		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+		f, err := c.OpenIno(ctx, a.GetIno())
+		return f, a, err
+	case err != nil:
+		return nil, nil, err
 	}
-	a := r.GetAttr()
+	a := reply.GetAttr()
+	c.sess.mu.Lock()
+	if c.sess.mu.id != id {
+		// The session was replaced during the call: the handle went with
+		// the old one. Open the created file in the new session.
+		c.sess.mu.Unlock()
+		f, err := c.OpenIno(ctx, a.GetIno())
+		return f, a, err
+	}
+	h.ino, h.session, h.id = a.GetIno(), id, reply.GetHandle()
+	c.sess.mu.opens[h] = struct{}{}
+	c.sess.mu.Unlock()
+	if !reply.GetCreated() {
+		// An existing file: its extent map is not in the reply.
+		c.releaseHandle(ctx, h)
+		f, err := c.OpenIno(ctx, a.GetIno())
+		return f, a, err
+	}
+	f, err := c.newFile(ctx, a.GetIno(), h, a, nil)
+	if err != nil {
+		c.releaseHandle(ctx, h)
+		return nil, nil, fmt.Errorf("create %q: %w", name, err)
+	}
+	return f, a, nil
+}
+
+// newFile makes the File of regular file ino, open as h, from its
+// attributes and extent map.
+func (c *Client) newFile(ctx context.Context, ino uint64, h *handle, a *mdspb.Attr, refs []*mdspb.ExtentRef) (*File, error) {
+	if a == nil {
+		return nil, fmt.Errorf("the MDS sent no attributes: %w", errs.ErrCorrupt)
+	}
 	if a.GetMode()&sIFMT == sIFDIR {
-		return nil, fmt.Errorf("open inode %d: %w", ino, errs.ErrIsDir)
+		return nil, errs.ErrIsDir
 	}
 	if a.GetMode()&sIFMT != sIFREG {
-		return nil, fmt.Errorf("open inode %d: not a regular file: %w", ino, errs.ErrInvalid)
+		return nil, fmt.Errorf("not a regular file: %w", errs.ErrInvalid)
 	}
 	lo, err := layoutOf(a.GetLayout())
 	if err != nil {
-		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+		return nil, err
 	}
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &File{
 		c: c, ino: ino, lo: lo, extMax: int64(c.opts.ExtentRows) * lo.RowData(),
 		ctx: fctx, cancel: cancel, handle: h,
-		ext: extentMap(r.GetExtents()), size: int64(a.GetSize()),
+		ext: extentMap(refs), size: int64(a.GetSize()),
 	}
 	f.cond = sync.NewCond(&f.mu)
 	f.rows.init(c.opts.ReadCacheRows)
@@ -419,11 +471,12 @@ func (f *File) readRowsCached(ctx context.Context, ext *mdspb.Extent, eoff int64
 	}
 	for len(dst) > 0 {
 		row := g.RowOf(eoff)
-		data, err := f.rows.get(ctx, f.c, ext, row.Index)
+		data, release, err := f.rows.get(ctx, f.c, ext, row.Index)
 		if err != nil {
 			return err
 		}
 		n := copy(dst, data[eoff-row.DataOff:])
+		release()
 		dst = dst[n:]
 		eoff += int64(n)
 	}
@@ -455,7 +508,10 @@ func (f *File) readAheadLocked(end int64) {
 }
 
 // rowCache holds decoded rows of extents for sequential readers. Extents
-// are immutable, so an entry never goes stale.
+// are immutable, so an entry never goes stale. Row buffers come from the
+// client's pool and go back to it when no one holds them: an entry is
+// referenced by the cache while cached, by its fetch while in flight and
+// by each reader copying out of it.
 type rowCache struct {
 	mu struct {
 		sync.Mutex
@@ -472,9 +528,11 @@ type rowKey struct {
 
 type rowEntry struct {
 	done chan struct{}
-	data []byte
+	data []byte // valid once done is closed, while refs > 0
 	err  error
 	used uint64
+	refs int              // guarded by rowCache.mu; data goes back to pool at 0
+	pool *datanet.BufPool // where data came from
 }
 
 func (rc *rowCache) init(capacity int) {
@@ -485,31 +543,51 @@ func (rc *rowCache) init(capacity int) {
 func (rc *rowCache) clear() {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
+	for _, e := range rc.mu.m {
+		rc.unrefLocked(e)
+	}
 	rc.mu.m = map[rowKey]*rowEntry{}
 }
 
-// start returns the entry for k, starting its fetch when absent.
-func (rc *rowCache) start(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) *rowEntry {
+// unrefLocked drops one reference to e, recycling its buffer at the last.
+func (rc *rowCache) unrefLocked(e *rowEntry) {
+	e.refs--
+	if e.refs == 0 && e.data != nil {
+		e.pool.Put(e.data)
+		e.data = nil
+	}
+}
+
+// start returns the entry for k, starting its fetch when absent. With
+// reader set, the entry is returned with a reference for the caller.
+func (rc *rowCache) start(ctx context.Context, c *Client, ext *mdspb.Extent, row int64, reader bool) *rowEntry {
 	k := rowKey{ext.GetId(), row}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.mu.tick++
 	if e, ok := rc.mu.m[k]; ok {
 		e.used = rc.mu.tick
+		if reader {
+			e.refs++
+		}
 		return e
 	}
-	e := &rowEntry{done: make(chan struct{}), used: rc.mu.tick}
+	e := &rowEntry{done: make(chan struct{}), used: rc.mu.tick, refs: 2, pool: c.bufs} // the cache's and the fetch's
+	if reader {
+		e.refs++
+	}
 	rc.mu.m[k] = e
 	rc.evictLocked()
 	go func() {
-		e.data, e.err = c.readRows(ctx, ext, row, row+1)
-		if e.err != nil {
-			rc.mu.Lock()
-			if rc.mu.m[k] == e {
-				delete(rc.mu.m, k)
-			}
-			rc.mu.Unlock()
+		data, err := c.readRowPooled(ctx, ext, row)
+		rc.mu.Lock()
+		e.data, e.err = data, err
+		if err != nil && rc.mu.m[k] == e {
+			delete(rc.mu.m, k)
+			rc.unrefLocked(e)
 		}
+		rc.unrefLocked(e)
+		rc.mu.Unlock()
 		close(e.done)
 	}()
 	return e
@@ -533,22 +611,35 @@ func (rc *rowCache) evictLocked() {
 		if oldest == ^uint64(0) {
 			return
 		}
+		rc.unrefLocked(rc.mu.m[victim])
 		delete(rc.mu.m, victim)
 	}
 }
 
-func (rc *rowCache) get(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) ([]byte, error) {
-	e := rc.start(context.WithoutCancel(ctx), c, ext, row)
+// get returns the data of a row, fetching it when it is not cached. The
+// caller must call release when done with the data.
+func (rc *rowCache) get(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) (data []byte, release func(), err error) {
+	e := rc.start(context.WithoutCancel(ctx), c, ext, row, true)
+	release = func() {
+		rc.mu.Lock()
+		rc.unrefLocked(e)
+		rc.mu.Unlock()
+	}
 	select {
 	case <-e.done:
-		return e.data, e.err
+		if e.err != nil {
+			release()
+			return nil, nil, e.err
+		}
+		return e.data, release, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		release()
+		return nil, nil, ctx.Err()
 	}
 }
 
 func (rc *rowCache) prefetch(ctx context.Context, c *Client, ext *mdspb.Extent, row int64) {
-	rc.start(ctx, c, ext, row)
+	rc.start(ctx, c, ext, row, false)
 }
 
 // relatimeDue reports whether a read should update atime, by Linux's

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strings"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -51,26 +53,46 @@ func (c *Client) GetAttr(ctx context.Context, ino uint64) (*mdspb.Attr, error) {
 // open file must go through File.Truncate instead, so that its buffers
 // agree.
 func (c *Client) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (*mdspb.Attr, error) {
-	r, err := c.mds.SetAttr(ctx, req)
+	r, err := c.mds.SetAttr(c.nsCtx(ctx), req)
 	return r.GetAttr(), err
 }
 
 // CreateIn creates a regular file name in parent. With exclusive false an
 // existing regular file is returned instead.
 func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, exclusive bool) (*mdspb.Attr, error) {
-	r, err := c.mds.Create(ctx, &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFREG | mode&0o7777, Uid: uid, Gid: gid, Exclusive: exclusive})
+	r, err := c.mds.Create(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFREG | mode&0o7777, Uid: uid, Gid: gid, Exclusive: exclusive})
 	return r.GetAttr(), err
+}
+
+// nsCtx marks ctx for an early reply to a namespace change when the
+// client asks for them (Options.EarlyNamespaceReplies).
+func (c *Client) nsCtx(ctx context.Context) context.Context {
+	if !c.opts.EarlyNamespaceReplies {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, mdspb.CommitHeader, mdspb.CommitEarly)
+}
+
+// SyncNamespace returns once every namespace change acknowledged so far
+// is durable in the MDS. Without EarlyNamespaceReplies they all are, and
+// it does nothing.
+func (c *Client) SyncNamespace(ctx context.Context) error {
+	if !c.opts.EarlyNamespaceReplies {
+		return nil
+	}
+	_, err := c.mds.Sync(ctx, &mdspb.Empty{})
+	return err
 }
 
 // MkdirIn creates directory name in parent.
 func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*mdspb.Attr, error) {
-	r, err := c.mds.Mkdir(ctx, &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFDIR | mode&0o7777, Uid: uid, Gid: gid, Exclusive: true})
+	r, err := c.mds.Mkdir(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFDIR | mode&0o7777, Uid: uid, Gid: gid, Exclusive: true})
 	return r.GetAttr(), err
 }
 
 // SymlinkIn creates symlink name -> target in parent.
 func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (*mdspb.Attr, error) {
-	r, err := c.mds.Symlink(ctx, &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: uid, Gid: gid})
+	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: uid, Gid: gid})
 	return r.GetAttr(), err
 }
 
@@ -82,25 +104,25 @@ func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
 
 // LinkIn makes a hard link to ino named name in parent.
 func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*mdspb.Attr, error) {
-	r, err := c.mds.Link(ctx, &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
+	r, err := c.mds.Link(c.nsCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
 	return r.GetAttr(), err
 }
 
 // UnlinkIn removes the non-directory name from parent.
 func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
-	_, err := c.mds.Unlink(ctx, &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	_, err := c.mds.Unlink(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
 	return err
 }
 
 // RmdirIn removes the empty directory name from parent.
 func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error {
-	_, err := c.mds.Rmdir(ctx, &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	_, err := c.mds.Rmdir(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
 	return err
 }
 
 // RenameIn renames, with flags a mask of mdspb.RenameFlags.
 func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
-	_, err := c.mds.Rename(ctx, &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: flags})
+	_, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: flags})
 	return err
 }
 
@@ -238,11 +260,7 @@ func (c *Client) Create(ctx context.Context, p string, mode uint32) (*File, erro
 	if err != nil {
 		return nil, err
 	}
-	a, err := c.CreateIn(ctx, parent, name, mode, 0, 0, false)
-	if err != nil {
-		return nil, err
-	}
-	f, err := c.OpenIno(ctx, a.GetIno())
+	f, _, err := c.CreateFileIn(ctx, parent, name, mode, 0, 0, false)
 	if err != nil {
 		return nil, err
 	}

@@ -191,13 +191,15 @@ func (c *Client) withSession(ctx context.Context, call func(id uint64) error) er
 }
 
 // openHandle announces an open of ino to the MDS.
-func (c *Client) openHandle(ctx context.Context, ino uint64) (*handle, error) {
+func (c *Client) openHandle(ctx context.Context, ino uint64) (*handle, *mdspb.OpenReply, error) {
 	h := &handle{ino: ino}
+	var reply *mdspb.OpenReply
 	err := c.withSession(ctx, func(id uint64) error {
-		r, err := c.mds.Open(ctx, &mdspb.OpenRequest{Session: id, Ino: ino})
+		r, err := c.mds.Open(ctx, &mdspb.OpenRequest{Session: id, Ino: ino, Extents: true})
 		if err != nil {
 			return err
 		}
+		reply = r
 		c.sess.mu.Lock()
 		defer c.sess.mu.Unlock()
 		if c.sess.mu.id != id {
@@ -210,9 +212,9 @@ func (c *Client) openHandle(ctx context.Context, ino uint64) (*handle, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return h, nil
+	return h, reply, nil
 }
 
 // releaseHandle tells the MDS that h is closed. A session that is gone

@@ -19,7 +19,7 @@ const (
 // SetXattr sets the extended attribute name of ino to value and returns
 // the inode's new attributes (its ctime changes).
 func (c *Client) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) (*mdspb.Attr, error) {
-	r, err := c.mds.SetXattr(ctx, &mdspb.SetXattrRequest{Ino: ino, Name: []byte(name), Value: value, Flags: flags})
+	r, err := c.mds.SetXattr(c.nsCtx(ctx), &mdspb.SetXattrRequest{Ino: ino, Name: []byte(name), Value: value, Flags: flags})
 	return r.GetAttr(), err
 }
 
@@ -49,6 +49,6 @@ func (c *Client) ListXattr(ctx context.Context, ino uint64) ([]string, error) {
 // RemoveXattr removes the extended attribute name of ino and returns the
 // inode's new attributes; errs.ErrNoData if it is not set.
 func (c *Client) RemoveXattr(ctx context.Context, ino uint64, name string) (*mdspb.Attr, error) {
-	r, err := c.mds.RemoveXattr(ctx, &mdspb.RemoveXattrRequest{Ino: ino, Name: []byte(name)})
+	r, err := c.mds.RemoveXattr(c.nsCtx(ctx), &mdspb.RemoveXattrRequest{Ino: ino, Name: []byte(name)})
 	return r.GetAttr(), err
 }

@@ -89,6 +89,26 @@ func (m *Mounted) acquire(ctx context.Context, ino uint64) (*openFile, error) {
 	}
 }
 
+// adopt is acquire for a File the caller has just opened (by a create):
+// it becomes the mount's open file of its inode, or, when the mount
+// already has one, is closed (it holds no writes) in favour of it.
+func (m *Mounted) adopt(ctx context.Context, f *client.File) (*openFile, error) {
+	ino := f.Ino()
+	m.mu.Lock()
+	if m.mu.files[ino] == nil {
+		of := &openFile{ino: ino, ready: make(chan struct{}), refs: 1, f: f}
+		close(of.ready)
+		m.mu.files[ino] = of
+		m.mu.Unlock()
+		return of, nil
+	}
+	m.mu.Unlock()
+	if err := f.Close(ctx); err != nil {
+		m.log.Warn("close a second open of a created file", "ino", ino, "err", err)
+	}
+	return m.acquire(ctx, ino)
+}
+
 // pin returns the open file of ino with one more reference when this mount
 // has it open, or nil. Callers that must act on the open file rather than
 // on the MDS (truncate, fsync without a handle) use it and release it when
@@ -253,20 +273,24 @@ func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 	return 0
 }
 
-// Fsync makes the file's writes durable. On a directory it has nothing to
-// do: every namespace change is durable in the MDS when it returns.
+// Fsync makes the file's writes durable, and every namespace change this
+// mount made before it (the file's own create among them: with early
+// namespace replies, docs/fuse.md "Durability"). On a directory only the
+// latter.
 func (n *node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
 	ctx = detach(ctx)
 	var of *openFile
 	if h := handleOf(f); h != nil {
 		of = h.of
-	} else {
-		if of = n.m.pin(ctx, n.ino()); of == nil {
-			return 0
-		}
+	} else if of = n.m.pin(ctx, n.ino()); of != nil {
 		defer n.m.release(ctx, of)
 	}
-	if err := of.f.Fsync(ctx); err != nil {
+	if of != nil {
+		if err := of.f.Fsync(ctx); err != nil {
+			return n.m.errno("fsync", n.ino(), err)
+		}
+	}
+	if err := n.m.c.SyncNamespace(ctx); err != nil {
 		return n.m.errno("fsync", n.ino(), err)
 	}
 	return 0

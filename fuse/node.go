@@ -294,12 +294,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx = detach(ctx)
 	uid, gid, _ := n.owner(ctx)
 	excl := flags&syscall.O_EXCL != 0
-	a, err := n.m.c.CreateIn(ctx, n.ino(), name, mode, uid, gid, excl)
+	// Create and open in one MDS call; the File joins the mount's table
+	// of open files (or is dropped for the one already there).
+	f, a, err := n.m.c.CreateFileIn(ctx, n.ino(), name, mode, uid, gid, excl)
 	a, errno := n.m.attrOf("create", n.ino(), a, err)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	of, err := n.m.acquire(ctx, a.GetIno())
+	of, err := n.m.adopt(ctx, f)
 	if err != nil {
 		return nil, nil, 0, n.m.errno("create", a.GetIno(), err)
 	}

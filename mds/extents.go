@@ -124,27 +124,35 @@ func (s *Server) GetExtents(ctx context.Context, req *mdspb.GetExtentsRequest) (
 	defer done(&err)
 	out := &mdspb.GetExtentsReply{}
 	err = s.snapshot(func(r reader) error {
-		n, err := readInode(r, req.GetIno())
-		if err != nil {
-			return err
-		}
-		if isDir(n.Attr.Mode) {
-			return fmt.Errorf("extents of inode %d: %w", n.Attr.Ino, errs.ErrIsDir)
-		}
-		out.Attr = n.Attr
-		return scan(r, mapPrefix(n.Attr.Ino), func(k, v []byte) (bool, error) {
-			ref, err := readRef(k, v)
-			if err != nil {
-				return false, err
-			}
-			out.Extents = append(out.Extents, ref)
-			return true, nil
-		})
+		var err error
+		out.Attr, out.Extents, err = readExtents(r, req.GetIno())
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// readExtents returns the attributes and the extent map of file ino.
+func readExtents(r reader, ino uint64) (*mdspb.Attr, []*mdspb.ExtentRef, error) {
+	n, err := readInode(r, ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	if isDir(n.Attr.Mode) {
+		return nil, nil, fmt.Errorf("extents of inode %d: %w", n.Attr.Ino, errs.ErrIsDir)
+	}
+	var refs []*mdspb.ExtentRef
+	err = scan(r, mapPrefix(n.Attr.Ino), func(k, v []byte) (bool, error) {
+		ref, err := readRef(k, v)
+		if err != nil {
+			return false, err
+		}
+		refs = append(refs, ref)
+		return true, nil
+	})
+	return n.Attr, refs, err
 }
 
 // regularFile returns inode ino, which must be a regular file.

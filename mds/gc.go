@@ -47,13 +47,25 @@ func (s *Server) gcLoop(ctx context.Context) {
 	tick := time.NewTicker(s.o.GCInterval)
 	defer tick.Stop()
 	for {
+		var reply chan error
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case reply = <-s.gc.kick:
 		}
-		if err := s.gcRound(ctx); err != nil && ctx.Err() == nil {
+		if !s.leading() {
+			if reply != nil {
+				reply <- s.raft.check()
+			}
+			continue
+		}
+		err := s.gcRound(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("gc round failed", "err", err)
+		}
+		if reply != nil {
+			reply <- err
 		}
 	}
 }
@@ -64,6 +76,9 @@ func (s *Server) gcLoop(ctx context.Context) {
 func (s *Server) gcRound(ctx context.Context) error {
 	now := s.now()
 	if err := s.expirePending(now); err != nil {
+		return err
+	}
+	if err := s.expireRequests(now); err != nil {
 		return err
 	}
 	due, err := s.dueGC(now)
@@ -89,7 +104,7 @@ func (s *Server) gcRound(ctx context.Context) error {
 	done := make(map[uint32]bool, len(byOst))
 	for id, chunks := range byOst {
 		info, ok := infos[id]
-		if !ok {
+		if !ok || (info.State == StateRemoved && !info.Up) { // a removed OST's chunks are gone
 			done[id] = true
 			continue
 		}

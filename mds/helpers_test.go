@@ -36,7 +36,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // env is one MDS served on loopback gRPC, with a client.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	o     Options
 	s     *Server
 	c     mdspb.MdsClient
@@ -47,7 +47,7 @@ type env struct {
 
 // testOptions returns options on a fresh directory with a fake clock and a
 // GC loop that never fires on its own (tests call gcRound).
-func testOptions(t *testing.T) Options {
+func testOptions(t testing.TB) Options {
 	return Options{
 		Dir:        t.TempDir(),
 		GCInterval: time.Hour,
@@ -61,7 +61,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // startEnv opens an MDS with o, its clock set to clock, and serves it.
-func startEnv(t *testing.T, o Options, clock *fakeClock) *env {
+func startEnv(t testing.TB, o Options, clock *fakeClock) *env {
 	t.Helper()
 	o.Now = clock.Now
 	e := &env{t: t, o: o, clock: clock}

@@ -143,7 +143,7 @@ func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mds
 	}
 	has := func(b mdspb.SetAttrBits) bool { return valid&uint32(b) != 0 }
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
@@ -250,7 +250,7 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 		}
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -273,7 +273,7 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 				return err
 			}
 			out = attrReply(n)
-			return nil
+			return s.openCreated(t, req, out)
 		}
 		layout := req.GetLayout()
 		if layout == nil {
@@ -291,9 +291,37 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 		}
 		t.dirChanged(p)
 		out = attrReply(n)
-		return nil
+		out.Created = true
+		return s.openCreated(t, req, out)
 	})
 	return out, err
+}
+
+// Sync makes every mutation committed so far durable; it returns at once
+// when they all are.
+func (s *Server) Sync(ctx context.Context, _ *mdspb.Empty) (_ *mdspb.Empty, err error) {
+	done, err := s.start("sync")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := s.wal.flush(s.db); err != nil {
+		return nil, err
+	}
+	return &mdspb.Empty{}, nil
+}
+
+// openCreated opens the file of a create for req's session when it asks,
+// as the last step of the create's transaction.
+func (s *Server) openCreated(t *txn, req *mdspb.CreateRequest, out *mdspb.AttrReply) error {
+	if req.GetOpenSession() == 0 || !isReg(out.GetAttr().GetMode()) {
+		return nil
+	}
+	s.sess.mu.Lock()
+	defer s.sess.mu.Unlock()
+	h, err := s.sess.t.open(req.GetOpenSession(), out.GetAttr().GetIno(), t.now)
+	out.Handle = h
+	return err
 }
 
 // Mkdir makes a directory; it inherits the parent's layout unless the
@@ -318,7 +346,7 @@ func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.
 		}
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -371,7 +399,7 @@ func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mds
 		return nil, fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), maxSymlinkLen, errs.ErrNameTooLong)
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -425,7 +453,7 @@ func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.Att
 		return nil, err
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
@@ -511,7 +539,7 @@ func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb
 		return nil, err
 	}
 	var out *mdspb.UnlinkReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -553,7 +581,7 @@ func (s *Server) Rmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -646,7 +674,7 @@ func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb
 	}
 	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
 	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		op, err := t.dir(req.GetOldParent())
 		if err != nil {
 			return err

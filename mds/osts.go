@@ -24,6 +24,7 @@ type ostTable struct {
 type ostState struct {
 	info   *mdspb.OstInfo // id, uuid, addr persisted; the rest volatile
 	lastHB time.Time      // zero until the first heartbeat or registration
+	admin  uint32         // administrative state ("s" key; admin_osts.go)
 }
 
 // loadOsts fills the table from the "o" keys at Open; every OST starts down.
@@ -57,6 +58,7 @@ func (s *Server) listOsts() []*mdspb.OstInfo {
 	for _, o := range s.osts.m {
 		i := proto.Clone(o.info).(*mdspb.OstInfo)
 		i.Up = s.up(o, now)
+		i.State = stateName(o.admin, i.Up)
 		if !o.lastHB.IsZero() {
 			i.LastHeartbeatNs = o.lastHB.UnixNano()
 		}
@@ -70,7 +72,7 @@ func (s *Server) listOsts() []*mdspb.OstInfo {
 func (s *Server) candidates(exclude []uint32) []candidate {
 	var out []candidate
 	for _, o := range s.listOsts() {
-		if o.Up && !contains(exclude, o.Id) {
+		if o.State == StateUp && !contains(exclude, o.Id) { // up, neither draining nor removed
 			out = append(out, candidate{id: o.Id, capacity: o.Capacity, free: o.Free})
 		}
 	}

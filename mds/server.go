@@ -37,6 +37,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/mds/peerpb"
 )
 
 // Options configure a Server. Zero values take the documented defaults.
@@ -50,7 +51,11 @@ type Options struct {
 	GCGrace          time.Duration         // delay before unreferenced extents' chunks are deleted; default 2m
 	GCInterval       time.Duration         // default 5s
 	SessionLease     time.Duration         // a client session expires this long after its last call; default 10s
+	Admin            AdminOptions          // the administration worker (admin_worker.go)
 	Now              func() time.Time      // default time.Now
+	// Raft makes this MDS one member of a replicated group
+	// (docs/mds-raft.md); nil: a single MDS, no Raft at all.
+	Raft *RaftOptions
 }
 
 // Limits of the API.
@@ -102,6 +107,14 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.Admin.setDefaults(c.GCGrace)
+	if c.Raft != nil {
+		r, err := c.Raft.withDefaults()
+		if err != nil {
+			return c, err
+		}
+		c.Raft = &r
+	}
 	return c, nil
 }
 
@@ -113,6 +126,10 @@ type Server struct {
 	log *slog.Logger
 	db  *pebble.DB
 	m   *metrics
+
+	// raft is the Raft member of a replicated MDS (raft.go); nil for a
+	// single MDS. Set in Open, never changed.
+	raft *replica
 
 	// life guards closed and the db handle's lifetime: every RPC holds it
 	// for reading; Close takes it for writing.
@@ -138,6 +155,9 @@ type Server struct {
 		// confirmed[extent] holds the OSTs that deleted their chunk of
 		// an extent still in the queue (other OSTs failed).
 		confirmed map[uint64]map[uint32]bool
+		// kick asks the GC goroutine for a round now (RunGC); the
+		// round's error is sent back on the channel passed.
+		kick chan chan error
 	}
 	// sess holds the client sessions, open handles and locks (memory
 	// only; sessions.go).
@@ -149,6 +169,8 @@ type Server struct {
 		graceUntil int64
 		done       chan struct{} // closed when the session loop stopped
 	}
+	// admin is the administration worker's state (admin_worker.go).
+	admin     adminWorker
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -172,12 +194,25 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		db.Close()
 		return nil, err
 	}
+	if opts.Raft != nil {
+		if err := s.startReplica(*opts.Raft); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	if err := s.loadOsts(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.loadOstStates(); err != nil {
 		db.Close()
 		return nil, err
 	}
 	m, err := newMetrics(opts.Registry, s)
 	if err != nil {
+		if s.raft != nil {
+			s.raft.close()
+		}
 		db.Close()
 		return nil, err
 	}
@@ -187,8 +222,10 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	s.gc.done = make(chan struct{})
 	s.gc.conns = make(map[uint32]*ostConn)
 	s.gc.confirmed = make(map[uint64]map[uint32]bool)
+	s.gc.kick = make(chan chan error)
 	go s.gcLoop(gctx)
 	s.startSessions(gctx)
+	s.startAdmin(gctx)
 	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
 	return s, nil
 }
@@ -210,6 +247,12 @@ func (s *Server) init() error {
 		return nil
 	}
 	// No version: the database must be empty.
+	if s.o.Raft != nil {
+		// A replicated MDS formats through its log: the first leader
+		// proposes the format batch (formatBatch), so that every member
+		// holds the same bytes.
+		return nil
+	}
 	it, err := s.db.NewIter(nil)
 	if err != nil {
 		return err
@@ -221,14 +264,27 @@ func (s *Server) init() error {
 	if nonEmpty {
 		return fmt.Errorf("mds: database in %s has data but no format version: %w", s.o.Dir, errs.ErrCorrupt)
 	}
-	now := s.o.Now().UnixNano()
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := formatBatch(b, s.o.Now().UnixNano(), s.o.DefaultLayout); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("mds: format database: %w", err)
+	}
+	s.log.Info("mds formatted new database", "dir", s.o.Dir, "version", formatVersion)
+	return nil
+}
+
+// formatBatch writes a new database's version, counters and root
+// directory into b.
+func formatBatch(b *pebble.Batch, now int64, layout *mdspb.Layout) error {
+	var err error
 	root := &mdspb.Inode{Attr: &mdspb.Attr{
 		Ino: rootIno, Mode: sIFDIR | 0o755, Nlink: 2,
 		AtimeNs: now, MtimeNs: now, CtimeNs: now,
-		Layout: proto.Clone(s.o.DefaultLayout).(*mdspb.Layout),
+		Layout: proto.Clone(layout).(*mdspb.Layout),
 	}}
-	b := s.db.NewBatch()
-	defer b.Close()
 	set := func(k, v []byte) {
 		if err == nil {
 			err = b.Set(k, v, nil)
@@ -245,18 +301,19 @@ func (s *Server) init() error {
 	}
 	set(inodeKey(rootIno), rv)
 	set(parentKey(rootIno), encodeU64(rootIno))
-	if err != nil {
-		return err
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("mds: format database: %w", err)
-	}
-	s.log.Info("mds formatted new database", "dir", s.o.Dir, "version", formatVersion)
-	return nil
+	return err
 }
 
-// Register registers the Mds service on g.
-func (s *Server) Register(g *grpc.Server) { mdspb.RegisterMdsServer(g, s) }
+// Register registers the Mds service on g, and for a replicated MDS the
+// Peer service of its group (the same address serves both).
+func (s *Server) Register(g *grpc.Server) {
+	if s.raft == nil {
+		mdspb.RegisterMdsServer(g, s)
+		return
+	}
+	g.RegisterService(s.serviceDesc(), s)
+	peerpb.RegisterPeerServer(g, &peerService{s: s})
+}
 
 // Close stops the GC loop, closes OST connections and closes Pebble. RPCs
 // that arrive afterwards fail with ErrUnavailable.
@@ -265,14 +322,22 @@ func (s *Server) Close() error {
 		s.gc.cancel()
 		<-s.gc.done
 		<-s.sess.done
+		<-s.admin.done
 		for id, c := range s.gc.conns {
 			c.cc.Close()
 			delete(s.gc.conns, id)
+		}
+		var rerr error
+		if s.raft != nil {
+			rerr = s.raft.close()
 		}
 		s.life.Lock()
 		defer s.life.Unlock()
 		s.closed = true
 		s.closeErr = s.db.Close()
+		if s.closeErr == nil {
+			s.closeErr = rerr
+		}
 		s.m.unregister()
 	})
 	return s.closeErr
@@ -287,6 +352,14 @@ func (s *Server) start(op string) (func(*error), error) {
 		s.life.RUnlock()
 		return nil, fmt.Errorf("mds: server closed: %w", errs.ErrUnavailable)
 	}
+	if s.raft != nil {
+		// Only the leader serves (reads included: linearizable reads
+		// from the leader's applied state under its lease).
+		if err := s.raft.check(); err != nil {
+			s.life.RUnlock()
+			return nil, fmt.Errorf("mds %s: %w", op, err)
+		}
+	}
 	t0 := time.Now()
 	return func(err *error) {
 		s.m.observe(op, t0, *err)
@@ -295,6 +368,11 @@ func (s *Server) start(op string) (func(*error), error) {
 }
 
 func (s *Server) now() int64 { return s.o.Now().UnixNano() }
+
+// leading reports whether this MDS runs the background loops (GC,
+// sessions, administration worker): always for a single MDS, only the
+// serving leader of a group.
+func (s *Server) leading() bool { return s.raft == nil || s.raft.leading() }
 
 // reader is what reads need from Pebble: a DB, a snapshot or an indexed batch.
 type reader interface {

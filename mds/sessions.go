@@ -56,6 +56,9 @@ func (s *Server) sessionLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		if !s.leading() {
+			continue
+		}
 		if err := s.sessionRound(); err != nil && ctx.Err() == nil {
 			s.log.Warn("session round failed", "err", err)
 		}
@@ -228,7 +231,23 @@ func (s *Server) Open(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.Ope
 	if err != nil {
 		return nil, err
 	}
-	return &mdspb.OpenReply{Handle: h}, nil
+	out := &mdspb.OpenReply{Handle: h}
+	if req.GetExtents() {
+		// Read after the handle exists: what a later commit changes is
+		// seen at the next open, as close-to-open promises.
+		err = s.snapshot(func(r reader) error {
+			var err error
+			out.Attr, out.Extents, err = readExtents(r, req.GetIno())
+			return err
+		})
+		if err != nil {
+			if rerr := s.releaseHandle(req.GetSession(), h); rerr != nil {
+				s.log.Warn("release handle after a failed open", "ino", req.GetIno(), "err", rerr)
+			}
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Release drops an open handle. The session's locks on the inode go with
@@ -239,19 +258,24 @@ func (s *Server) Release(ctx context.Context, req *mdspb.ReleaseRequest) (_ *mds
 		return nil, err
 	}
 	defer done(&err)
-	err = s.update(func(t *txn) error {
+	if err := s.releaseHandle(req.GetSession(), req.GetHandle()); err != nil {
+		return nil, err
+	}
+	return &mdspb.Empty{}, nil
+}
+
+// releaseHandle drops handle h of session id, and reaps the orphan it
+// kept.
+func (s *Server) releaseHandle(id, h uint64) error {
+	return s.update(func(t *txn) error {
 		s.sess.mu.Lock()
-		ino, unused, err := s.sess.t.release(req.GetSession(), req.GetHandle(), t.now)
+		ino, unused, err := s.sess.t.release(id, h, t.now)
 		s.sess.mu.Unlock()
 		if err != nil || !unused {
 			return err
 		}
 		return t.reapOrphan(ino)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &mdspb.Empty{}, nil
 }
 
 // lockOf checks a lock from the wire and converts it; flock locks always

@@ -2,9 +2,12 @@ package mds
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/metadata"
 
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -414,4 +417,90 @@ func TestLocksBetweenSessions(t *testing.T) {
 	if n := e.s.sess.t.locks.len(); n != 1 {
 		t.Fatalf("%d locks held, want 1", n)
 	}
+}
+
+// Open can return the extent map with the handle, and Create can open the
+// file it makes in the same transaction: the handle keeps an unlinked
+// file as an orphan like any other, and a create that finds an existing
+// file says so.
+func TestCreateOpenAndOpenExtents(t *testing.T) {
+	e := newSessionEnv(t)
+	e.registerOsts(6)
+	s1 := e.session()
+	f, x := e.fileWithData("f")
+	r, err := e.c.Open(ctx, &mdspb.OpenRequest{Session: s1, Ino: f.Ino, Extents: true})
+	if err != nil {
+		t.Fatalf("open with extents: %v", err)
+	}
+	if r.Attr.GetSize() != 3*mib || len(r.Extents) != 1 || r.Extents[0].GetExtent().GetId() != x.Id {
+		t.Fatalf("open reply: attr %v extents %v", r.Attr, r.Extents)
+	}
+	e.release(s1, r.Handle)
+	if _, err := e.c.Open(ctx, &mdspb.OpenRequest{Session: s1, Ino: rootIno, Extents: true}); !errors.Is(err, errs.ErrIsDir) {
+		t.Fatalf("open of a directory: %v", err)
+	}
+
+	c, err := e.c.Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: []byte("g"), Mode: 0o644, Exclusive: true, OpenSession: s1})
+	if err != nil {
+		t.Fatalf("create and open: %v", err)
+	}
+	if !c.Created || c.Handle == 0 {
+		t.Fatalf("create reply: created %v handle %d", c.Created, c.Handle)
+	}
+	e.unlink(rootIno, "g")
+	if got := e.orphans(); !slices.Equal(got, []uint64{c.Attr.Ino}) {
+		t.Fatalf("orphans = %v, want the created file kept by its handle", got)
+	}
+	e.release(s1, c.Handle)
+	gone(t, e, c.Attr.Ino)
+
+	c, err = e.c.Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: []byte("f"), Mode: 0o644, OpenSession: s1})
+	if err != nil {
+		t.Fatalf("create of an existing file: %v", err)
+	}
+	if c.Created || c.Handle == 0 || c.Attr.Ino != f.Ino {
+		t.Fatalf("create of an existing file: created %v handle %d ino %d", c.Created, c.Handle, c.Attr.Ino)
+	}
+	e.release(s1, c.Handle)
+	if _, err := e.c.Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: []byte("h"), Mode: 0o644, OpenSession: 12345}); !errors.Is(err, errs.ErrStale) {
+		t.Fatalf("create with an unknown session: %v", err)
+	}
+	if _, err := e.lookup(rootIno, "h"); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("a create refused for its session left a name: %v", err)
+	}
+	e.check()
+}
+
+// A namespace change acknowledged early is visible at once, Sync returns
+// once it is durable, and it survives a restart.
+func TestEarlyReplyAndSync(t *testing.T) {
+	e := newEnv(t)
+	early := metadata.AppendToOutgoingContext(ctx, mdspb.CommitHeader, mdspb.CommitEarly)
+	for i := range 50 {
+		if _, err := e.c.Create(early, &mdspb.CreateRequest{Parent: rootIno, Name: fmt.Appendf(nil, "f%d", i), Mode: 0o644, Exclusive: true}); err != nil {
+			t.Fatalf("early create: %v", err)
+		}
+		if _, err := e.lookup(rootIno, fmt.Sprintf("f%d", i)); err != nil {
+			t.Fatalf("lookup right after an early create: %v", err)
+		}
+	}
+	if _, err := e.c.Unlink(early, &mdspb.UnlinkRequest{Parent: rootIno, Name: []byte("f0")}); err != nil {
+		t.Fatalf("early unlink: %v", err)
+	}
+	if _, err := e.c.Sync(ctx, &mdspb.Empty{}); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if _, err := e.c.Sync(ctx, &mdspb.Empty{}); err != nil {
+		t.Fatalf("sync with nothing pending: %v", err)
+	}
+	e = e.reopen()
+	if _, err := e.lookup(rootIno, "f0"); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("f0 after restart: %v", err)
+	}
+	for i := 1; i < 50; i++ {
+		if _, err := e.lookup(rootIno, fmt.Sprintf("f%d", i)); err != nil {
+			t.Fatalf("f%d after restart: %v", i, err)
+		}
+	}
+	e.check()
 }

@@ -1,12 +1,15 @@
 package mds
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
@@ -43,11 +46,56 @@ type refDelta struct {
 // and returns once it is durable (synced by the group commit of walSyncer).
 // Nothing is written if fn fails.
 func (s *Server) update(fn func(t *txn) error) error {
+	if s.raft != nil {
+		return s.raft.propose(context.Background(), "", fn)
+	}
 	committed, err := s.apply(fn)
 	if err != nil || !committed {
 		return err
 	}
 	return s.wal.sync(s.db)
+}
+
+// updateFor is update for a namespace call: when the caller asked for an
+// early reply (CommitHeader = CommitEarly in the call's metadata), it
+// returns as soon as the mutation is committed and visible to every
+// caller, and its WAL sync runs in the background; a later Sync, or any
+// synced mutation, makes it durable (docs/fuse.md, "Durability").
+//
+// In a replicated MDS it returns once the mutation is committed by a
+// quorum and applied here, early reply or not (docs/mds-raft.md), and a
+// request id in ctx makes it happen at most once (dedup.go).
+func (s *Server) updateFor(ctx context.Context, fn func(t *txn) error) error {
+	if s.raft != nil {
+		sl := s.requestSlot(ctx)
+		id := ""
+		if sl != nil {
+			id = sl.id
+		}
+		err := s.raft.propose(ctx, id, fn)
+		if errors.Is(err, errDuplicate) && sl != nil {
+			sl.dup = true
+		}
+		return err
+	}
+	if !earlyReply(ctx) {
+		return s.update(fn)
+	}
+	committed, err := s.apply(fn)
+	if err != nil || !committed {
+		return err
+	}
+	s.wal.later(s.db, s.log)
+	return nil
+}
+
+func earlyReply(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return false
+	}
+	v := md.Get(mdspb.CommitHeader)
+	return len(v) == 1 && v[0] == mdspb.CommitEarly
 }
 
 // apply runs fn and commits its batch without waiting for the WAL sync,
@@ -96,11 +144,40 @@ type walSyncer struct {
 func (w *walSyncer) sync(db *pebble.DB) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.requested++
+	return w.waitLocked(db, w.requested)
+}
+
+// later registers a committed mutation whose caller does not wait, and
+// syncs it in the background.
+func (w *walSyncer) later(db *pebble.DB, log *slog.Logger) {
+	w.mu.Lock()
+	w.requested++
+	mine := w.requested
+	w.mu.Unlock()
+	go func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err := w.waitLocked(db, mine); err != nil {
+			log.Error("background WAL sync", "err", err)
+		}
+	}()
+}
+
+// flush returns once every mutation committed so far is durable; at once
+// when all of them are.
+func (w *walSyncer) flush(db *pebble.DB) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waitLocked(db, w.requested)
+}
+
+// waitLocked waits, with w.mu held, until the mutations numbered up to
+// mine are synced, running the sync itself when none is running.
+func (w *walSyncer) waitLocked(db *pebble.DB, mine uint64) error {
 	if w.cond == nil {
 		w.cond = sync.NewCond(&w.mu)
 	}
-	w.requested++
-	mine := w.requested
 	for w.synced < mine {
 		if w.running {
 			w.cond.Wait()

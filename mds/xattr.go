@@ -113,7 +113,7 @@ func (s *Server) SetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *m
 		return nil, fmt.Errorf("setxattr: unknown flags %#x: %w", flags&^xattrFlagsAll, errs.ErrInvalid)
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
@@ -232,7 +232,7 @@ func (s *Server) RemoveXattr(ctx context.Context, req *mdspb.RemoveXattrRequest)
 		return nil, err
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err

@@ -36,7 +36,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.opts.AdvertiseAddr == "" {
 		return fmt.Errorf("ost: Options.AdvertiseAddr is empty: %w", errs.ErrInvalid)
 	}
-	conn, err := wire.Dial(s.opts.MDSAddr)
+	conn, err := wire.DialGroup(s.opts.MDSAddr) // one MDS or a group ("a,b,c"): follows the leader
 	if err != nil {
 		return fmt.Errorf("ost: dial MDS %s: %w", s.opts.MDSAddr, err)
 	}
@@ -56,7 +56,11 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		defer conn.Close()
-		s.run(loopCtx, mdspb.NewMdsClient(conn), registered)
+		cli := mdspb.NewMdsClient(conn)
+		scrubDone := s.startScrub(loopCtx, cli)
+		s.run(loopCtx, cli, registered)
+		<-loopCtx.Done()
+		<-scrubDone
 	}()
 
 	select {

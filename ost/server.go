@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/shoalfs/shoal/internal/checksum"
+	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -39,7 +40,36 @@ type Options struct {
 	Registry          prometheus.Registerer // nil = none; several OSTs in one process need a label each (prometheus.WrapRegistererWith)
 	HeartbeatInterval time.Duration         // default 1s
 	BlockSize         int                   // checksum block of new chunks, default 64 KiB
+	// DataListen is the address the bulk data path (internal/datanet:
+	// chunk reads and writes on framed TCP) listens on. Empty: the host of
+	// AdvertiseAddr (127.0.0.1 without one), port picked by the kernel.
+	// DataListenOff: no data path; clients use gRPC for chunk I/O. Info
+	// reports the address clients reach it at.
+	DataListen string
+	// DirectIO chooses where chunk data bypasses the page cache
+	// (O_DIRECT); default DirectDefault.
+	DirectIO DirectIO
+	// Scrub configures the scrubber (scrub.go); it runs once Start has
+	// registered with the MDS.
+	Scrub ScrubOptions
 }
+
+// DirectIO chooses the chunk I/O that uses O_DIRECT. Only 4 KiB-aligned
+// ranges of aligned buffers go direct; the rest, and every file system
+// that refuses O_DIRECT (tmpfs), use the page cache.
+type DirectIO int
+
+const (
+	// DirectDefault is what docs/performance.md measured best: O_DIRECT
+	// writes, page-cache reads (directReadsByDefault).
+	DirectDefault DirectIO = iota
+	// DirectOff puts every chunk read and write through the page cache.
+	DirectOff
+	// DirectWrites writes chunk data with O_DIRECT, reads through the page cache.
+	DirectWrites
+	// DirectAll writes and reads chunk data with O_DIRECT.
+	DirectAll
+)
 
 func (o *Options) setDefaults() error {
 	if o.Dir == "" {
@@ -60,6 +90,9 @@ func (o *Options) setDefaults() error {
 	if err := checksum.CheckBlockSize(o.BlockSize); err != nil {
 		return fmt.Errorf("ost: Options.BlockSize: %w", err)
 	}
+	if o.DirectIO < DirectDefault || o.DirectIO > DirectAll {
+		return fmt.Errorf("ost: Options.DirectIO %d: %w", o.DirectIO, errs.ErrInvalid)
+	}
 	return nil
 }
 
@@ -73,6 +106,12 @@ type Server struct {
 	uuid string
 	id   atomic.Uint32 // 0 until registered (or loaded from ost.id)
 	lock *os.File      // holds the flock on ost.lock
+	bufs *datanet.BufPool
+
+	data     *datanet.Server // the data path; nil when off
+	dataAddr string          // its address for clients; "" when off
+
+	scrub scrubber // the scrubber's state (scrub.go)
 
 	mu struct {
 		sync.Mutex
@@ -96,12 +135,13 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, log: o.Logger, m: newMetrics(), lock: lock}
+	s := &Server{opts: o, log: o.Logger, m: newMetrics(), lock: lock, bufs: &datanet.BufPool{}}
 	fail := func(err error) (*Server, error) {
 		lock.Close()
 		return nil, err
 	}
-	st, rep, err := openStore(ctx, o.Dir, o.BlockSize, s.m)
+	directW, directR := o.DirectIO != DirectOff, o.DirectIO == DirectAll || (o.DirectIO == DirectDefault && directReadsByDefault)
+	st, rep, err := openStore(ctx, storeOptions{dir: o.Dir, blockSize: o.BlockSize, m: s.m, log: s.log, bufs: s.bufs, directWrites: directW, directReads: directR})
 	if err != nil {
 		return fail(err)
 	}
@@ -117,8 +157,13 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	if err := s.m.register(o.Registry, st); err != nil {
 		return fail(fmt.Errorf("ost: metrics: %w", err))
 	}
+	if err := s.startData(); err != nil {
+		s.m.unregister()
+		return fail(err)
+	}
 	s.log.Info("ost opened", "ost", id, "dir", o.Dir, "uuid", s.uuid,
-		"chunks", st.chunks.Load(), "used", st.used.Load())
+		"chunks", st.chunks.Load(), "used", st.used.Load(), "data_addr", s.dataAddr,
+		"direct_writes", st.directWrites.Load(), "direct_reads", st.directReads.Load())
 	if rep.orphanSidecars > 0 {
 		s.log.Info("removed checksum sidecars of interrupted writes", "count", rep.orphanSidecars)
 	}
@@ -163,8 +208,9 @@ func (s *Server) ChunkPath(extent uint64, index uint32) string {
 	return s.st.dataPath(chunkID{extent: extent, index: index})
 }
 
-// Close stops the MDS loop and waits for it, and releases the directory.
-// Calls in flight on the gRPC service are the caller's to stop first
+// Close stops the data path (requests in flight get a moment to finish),
+// stops the MDS loop and waits for it, and releases the directory. Calls
+// in flight on the gRPC service are the caller's to stop first
 // (grpc.Server.GracefulStop).
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -175,6 +221,7 @@ func (s *Server) Close() error {
 	s.mu.closed = true
 	cancel, done := s.mu.cancel, s.mu.done
 	s.mu.Unlock()
+	derr := s.stopData()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -183,7 +230,7 @@ func (s *Server) Close() error {
 	if s.m.reg != nil {
 		err = s.m.unregister()
 	}
-	return errors.Join(err, s.lock.Close())
+	return errors.Join(derr, err, s.lock.Close())
 }
 
 // space is the capacity and free space of the OST's file system.
@@ -219,5 +266,6 @@ func (s *Server) info() (*ostpb.InfoReply, error) {
 		Used:     uint64(max(s.st.used.Load(), 0)),
 		Chunks:   uint64(max(s.st.chunks.Load(), 0)),
 		FsId:     s.fsID(),
+		DataAddr: s.dataAddr,
 	}, nil
 }

@@ -21,10 +21,7 @@ func chunkFromPB(id *ostpb.ChunkId) (chunkID, error) {
 	if id == nil {
 		return chunkID{}, fmt.Errorf("ost: missing chunk id: %w", errs.ErrInvalid)
 	}
-	if id.GetExtent() == 0 {
-		return chunkID{}, fmt.Errorf("ost: extent id 0: %w", errs.ErrInvalid)
-	}
-	return chunkID{extent: id.GetExtent(), index: id.GetIndex()}, nil
+	return checkChunkID(id.GetExtent(), id.GetIndex())
 }
 
 func (v *service) WriteChunk(ctx context.Context, req *ostpb.WriteChunkRequest) (*ostpb.WriteChunkReply, error) {
@@ -32,21 +29,7 @@ func (v *service) WriteChunk(ctx context.Context, req *ostpb.WriteChunkRequest) 
 	if err != nil {
 		return nil, err
 	}
-	data := req.GetData()
-	switch {
-	case len(data) == 0:
-		return nil, fmt.Errorf("ost: write chunk %s: no data: %w", c, errs.ErrInvalid)
-	case len(data) > MaxChunkSize:
-		return nil, fmt.Errorf("ost: write chunk %s: %d bytes, over %d: %w", c, len(data), MaxChunkSize, errs.ErrTooLarge)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	created, err := v.s.st.write(c, data)
-	if created {
-		v.s.m.writeBytes.Add(float64(len(data)))
-	}
-	if err != nil {
+	if err := v.s.writeChunk(ctx, c, req.GetData()); err != nil {
 		return nil, err
 	}
 	return &ostpb.WriteChunkReply{}, nil

@@ -8,17 +8,31 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/shoalfs/shoal/internal/checksum"
+	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
 )
 
-// MaxChunkSize is the largest chunk WriteChunk accepts.
-const MaxChunkSize = 64 << 20
+// MaxChunkSize is the largest chunk WriteChunk accepts: the largest
+// payload of the data path.
+const MaxChunkSize = datanet.MaxLength
+
+// directAlign is the alignment O_DIRECT needs of file offsets, lengths and
+// buffers (the logical block size of every disk Shoal runs on, or less).
+const directAlign = datanet.Align
+
+// directReadsByDefault is whether DirectDefault reads chunk data with
+// O_DIRECT. docs/performance.md ("Data path: framed TCP and O_DIRECT")
+// has the measurement behind it.
+const directReadsByDefault = false
 
 // compareBufSize is the buffer size used to compare a rewrite with the
 // stored chunk.
@@ -29,11 +43,36 @@ const compareBufSize = 1 << 20
 // checksum, large enough to keep syscalls few.
 const maxRun = 512 << 10
 
+// storeOptions configure a store.
+type storeOptions struct {
+	dir          string // the OST directory
+	blockSize    int    // checksum block size of new chunks
+	m            *metrics
+	log          *slog.Logger
+	bufs         *datanet.BufPool // aligned scratch buffers
+	directWrites bool             // write chunk data with O_DIRECT where aligned
+	directReads  bool             // read chunk data with O_DIRECT where aligned
+}
+
 // store is the chunk store of one OST directory: files and counters, no RPC.
 type store struct {
 	dir       string // the OST directory
 	blockSize int    // checksum block size of new chunks
 	m         *metrics
+	log       *slog.Logger
+	bufs      *datanet.BufPool
+
+	// directWrites and directReads are the O_DIRECT choices of
+	// storeOptions, both cleared for good (and logged once, by
+	// directRefused) when the file system refuses O_DIRECT.
+	directWrites  atomic.Bool
+	directReads   atomic.Bool
+	directRefused sync.Once
+
+	tmpSeq atomic.Uint64 // names temp files; tmp/ is emptied at open
+
+	// openFile opens chunk data files (os.OpenFile; tests inject errors).
+	openFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 
 	// stripes serialise writes and deletes of one chunk (see package doc).
 	stripes [256]sync.Mutex
@@ -41,14 +80,16 @@ type store struct {
 
 	used   atomic.Int64 // bytes in data files
 	chunks atomic.Int64 // data files
-
-	bufs sync.Pool // *[]byte, scratch for edge blocks and compares
 }
 
-// openStore prepares dir's chunks/ and tmp/ directories, empties tmp/ and
+// openStore prepares dir's chunks/ and tmp/ directories, empties tmp/,
+// checks that the file system takes O_DIRECT (when asked to use it) and
 // scans the chunks to set the counters.
-func openStore(ctx context.Context, dir string, blockSize int, m *metrics) (*store, scanReport, error) {
-	st := &store{dir: dir, blockSize: blockSize, m: m, seed: maphash.MakeSeed()}
+func openStore(ctx context.Context, o storeOptions) (*store, scanReport, error) {
+	dir := o.dir
+	st := &store{dir: dir, blockSize: o.blockSize, m: o.m, log: o.log, bufs: o.bufs, seed: maphash.MakeSeed(), openFile: os.OpenFile}
+	st.directWrites.Store(o.directWrites)
+	st.directReads.Store(o.directReads)
 	if err := os.RemoveAll(filepath.Join(dir, tmpDir)); err != nil {
 		return nil, scanReport{}, fmt.Errorf("ost: clean %s: %w", tmpDir, err)
 	}
@@ -63,6 +104,11 @@ func openStore(ctx context.Context, dir string, blockSize int, m *metrics) (*sto
 	for _, d := range []string{filepath.Join(dir, chunksDir), dir} {
 		if err := syncDir(d); err != nil {
 			return nil, scanReport{}, fmt.Errorf("ost: %w", err)
+		}
+	}
+	if o.directWrites || o.directReads {
+		if err := st.probeDirect(); err != nil {
+			return nil, scanReport{}, err
 		}
 	}
 	rep, err := st.scan(ctx)
@@ -149,17 +195,40 @@ func (st *store) stripe(c chunkID) *sync.Mutex {
 	return &st.stripes[h.Sum64()%uint64(len(st.stripes))]
 }
 
-// getBuf returns a pooled buffer of length n; putBuf gives it back.
-func (st *store) getBuf(n int) *[]byte {
-	if p, ok := st.bufs.Get().(*[]byte); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
+// probeDirect writes one aligned block with O_DIRECT to a temp file, and
+// turns O_DIRECT off (see refuseDirect) when the file system refuses it.
+func (st *store) probeDirect() error {
+	path := filepath.Join(st.dir, tmpDir, "direct-probe")
+	f, err := st.openFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o600)
+	if errors.Is(err, syscall.EINVAL) {
+		st.refuseDirect(err)
+		return nil
 	}
-	b := make([]byte, n)
-	return &b
+	if err != nil {
+		return fmt.Errorf("ost: probe O_DIRECT: %w", err)
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	b := st.bufs.Get(directAlign)
+	defer st.bufs.Put(b)
+	clear(b)
+	if _, err := f.Write(b); errors.Is(err, syscall.EINVAL) {
+		st.refuseDirect(err)
+	} else if err != nil {
+		return fmt.Errorf("ost: probe O_DIRECT: %w", err)
+	}
+	return nil
 }
 
-func (st *store) putBuf(p *[]byte) { st.bufs.Put(p) }
+// refuseDirect turns O_DIRECT off for the life of the store, because the
+// file system refused it (tmpfs does), and logs that once.
+func (st *store) refuseDirect(err error) {
+	st.directWrites.Store(false)
+	st.directReads.Store(false)
+	st.directRefused.Do(func() {
+		st.log.Info("the file system refuses O_DIRECT; chunk data goes through the page cache", "dir", st.dir, "err", err)
+	})
+}
 
 // write stores data as chunk c and makes it durable: data and sidecar go to
 // temp files, are fsynced, renamed into place (sidecar first; the data
@@ -185,11 +254,11 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("ost: write chunk %s: %w", c, err)
 	}
-	crcTmp, err := writeTemp(filepath.Join(st.dir, tmpDir), "w-", tab.Encode())
+	crcTmp, err := st.writeChunkTemp(tab.Encode(), false)
 	if err != nil {
 		return false, diskErr("write sidecar of", c, err)
 	}
-	dataTmp, err := writeTemp(filepath.Join(st.dir, tmpDir), "w-", data)
+	dataTmp, err := st.writeChunkTemp(data, true)
 	if err != nil {
 		os.Remove(crcTmp)
 		return false, diskErr("write", c, err)
@@ -210,6 +279,53 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 		return true, diskErr("sync directory of", c, err)
 	}
 	return true, nil
+}
+
+// writeChunkTemp writes b to a new file in tmp/, syncs it (fdatasync) and
+// closes it, and returns its path. With direct, b goes to the disk with
+// O_DIRECT, skipping the page cache, when the store may use it and b's
+// address and length are aligned; otherwise, or when the write is refused
+// (EINVAL), through the page cache.
+func (st *store) writeChunkTemp(b []byte, direct bool) (string, error) {
+	direct = direct && st.directWrites.Load() && len(b)%directAlign == 0 && datanet.IsAligned(b)
+	for {
+		path := filepath.Join(st.dir, tmpDir, "w-"+strconv.FormatUint(st.tmpSeq.Add(1), 10))
+		flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+		if direct {
+			flags |= syscall.O_DIRECT
+		}
+		f, err := st.openFile(path, flags, 0o600)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			continue
+		case direct && errors.Is(err, syscall.EINVAL):
+			st.refuseDirect(err)
+			direct = false
+			continue
+		case err != nil:
+			return "", err
+		}
+		_, err = f.Write(b)
+		if direct && errors.Is(err, syscall.EINVAL) {
+			// Alignment the checks above did not foresee: this write
+			// goes through the page cache.
+			f.Close()
+			os.Remove(path)
+			direct = false
+			continue
+		}
+		if err == nil {
+			err = fdatasync(f)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+			return "", err
+		}
+		return path, nil
+	}
 }
 
 // writeTemp writes b to a new file in dir, fsyncs and closes it, and
@@ -233,6 +349,29 @@ func writeTemp(dir, pattern string, b []byte) (string, error) {
 	return f.Name(), nil
 }
 
+// fdatasync flushes f's data and the metadata needed to read it back.
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = syscall.Fdatasync(int(fd))
+			if serr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &fs.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+	}
+	return nil
+}
+
 // sameChunk compares the stored chunk at path with data: nil if equal
 // (after fsyncing the directory), errs.ErrExists if not.
 func (st *store) sameChunk(c chunkID, path string, fi fs.FileInfo, data []byte) error {
@@ -247,9 +386,8 @@ func (st *store) sameChunk(c chunkID, path string, fi fs.FileInfo, data []byte) 
 		return diskErr("compare", c, err)
 	}
 	defer f.Close()
-	p := st.getBuf(compareBufSize)
-	defer st.putBuf(p)
-	buf := *p
+	buf := st.bufs.Get(compareBufSize)
+	defer st.bufs.Put(buf)
 	for off := 0; off < len(data); {
 		n := min(len(buf), len(data)-off)
 		if _, err := f.ReadAt(buf[:n], int64(off)); err != nil {
@@ -267,35 +405,98 @@ func (st *store) sameChunk(c chunkID, path string, fi fs.FileInfo, data []byte) 
 }
 
 // read returns bytes [off, off+n) of chunk c after verifying the checksum
-// of every block they touch.
+// of every block they touch. The range is checked against the chunk's size
+// before anything is allocated.
 func (st *store) read(c chunkID, off, n uint64) ([]byte, error) {
-	f, err := os.Open(st.dataPath(c))
+	size, err := st.stat(c)
 	if err != nil {
-		return nil, diskErr("read", c, err)
+		return nil, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, diskErr("read", c, err)
-	}
-	size := uint64(fi.Size())
 	if off > size || n > size-off {
-		return nil, fmt.Errorf("ost: read chunk %s: range [%d, %d+%d) outside its %d bytes: %w",
-			c, off, off, n, size, errs.ErrInvalid)
+		return nil, rangeErr(c, off, n, size)
 	}
 	if n == 0 {
 		return []byte{}, nil
 	}
+	dst := make([]byte, n)
+	if err := st.readInto(c, off, dst); err != nil {
+		return nil, err
+	}
+	return dst, nil
+}
+
+func rangeErr(c chunkID, off, n, size uint64) error {
+	return fmt.Errorf("ost: read chunk %s: range [%d, %d+%d) outside its %d bytes: %w",
+		c, off, off, n, size, errs.ErrInvalid)
+}
+
+// readInto fills dst with bytes [off, off+len(dst)) of chunk c after
+// verifying the checksum of every block they touch. It reads with O_DIRECT
+// when the store reads direct and the range, dst, the chunk's size and its
+// checksum blocks are all aligned; through the page cache otherwise.
+func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
+	n := uint64(len(dst))
+	direct := st.directReads.Load() && n > 0 && off%directAlign == 0 && n%directAlign == 0 && datanet.IsAligned(dst)
+	path := st.dataPath(c)
+	f, direct, err := st.openData(path, direct)
+	if err != nil {
+		return diskErr("read", c, err)
+	}
+	defer func() { f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return diskErr("read", c, err)
+	}
+	size := uint64(fi.Size())
+	if off > size || n > size-off {
+		return rangeErr(c, off, n, size)
+	}
+	if n == 0 {
+		return nil
+	}
 	tab, err := st.loadSidecar(c, size)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	dst := make([]byte, n)
-	if err := st.readVerified(c, f, tab, off, dst); err != nil {
-		return nil, err
+	if direct && (size%directAlign != 0 || uint64(tab.BlockSize)%directAlign != 0) {
+		// Some block ends off the alignment: read through the page cache.
+		f.Close()
+		if f, err = st.openFile(path, os.O_RDONLY, 0); err != nil {
+			return diskErr("read", c, err)
+		}
+		direct = false
+	}
+	err = st.readVerified(c, f, tab, off, dst)
+	if direct && errors.Is(err, syscall.EINVAL) {
+		// The disk wants a larger alignment than directAlign.
+		st.directReads.Store(false)
+		st.log.Warn("O_DIRECT read refused; chunk reads go through the page cache", "chunk", c.String(), "err", err)
+		f.Close()
+		if f, err = st.openFile(path, os.O_RDONLY, 0); err != nil {
+			return diskErr("read", c, err)
+		}
+		err = st.readVerified(c, f, tab, off, dst)
+	}
+	if err != nil {
+		return err
 	}
 	st.m.readBytes.Add(float64(n))
-	return dst, nil
+	return nil
+}
+
+// openData opens a chunk's data file for reading, with O_DIRECT when
+// direct is set and the file system allows it. It reports whether the file
+// is open with O_DIRECT.
+func (st *store) openData(path string, direct bool) (*os.File, bool, error) {
+	if direct {
+		f, err := st.openFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+		if !errors.Is(err, syscall.EINVAL) {
+			return f, err == nil, err
+		}
+		st.refuseDirect(err)
+	}
+	f, err := st.openFile(path, os.O_RDONLY, 0)
+	return f, false, err
 }
 
 // loadSidecar reads and decodes the checksum table of chunk c, whose data
@@ -352,7 +553,7 @@ func (st *store) readSidecar(c chunkID, size uint64) ([]byte, error) {
 // readVerified fills dst with bytes [off, off+len(dst)) of the data file f,
 // verifying every block they touch. Whole blocks are read straight into dst,
 // in one ReadAt per run; a partly wanted block at either end goes through a
-// pooled buffer.
+// pooled, aligned buffer (f may be open with O_DIRECT).
 func (st *store) readVerified(c chunkID, f *os.File, tab checksum.Table, off uint64, dst []byte) error {
 	bs := uint64(tab.BlockSize)
 	end := off + uint64(len(dst))
@@ -385,19 +586,18 @@ func (st *store) readVerified(c chunkID, f *os.File, tab checksum.Table, off uin
 			pos = runEnd
 			continue
 		}
-		p := st.getBuf(int(bend - bstart))
-		blk := *p
+		blk := st.bufs.Get(int(bend - bstart))
 		if _, err := f.ReadAt(blk, int64(bstart)); err != nil {
-			st.putBuf(p)
+			st.bufs.Put(blk)
 			return readErr(c, b, err)
 		}
 		if err := st.verify(c, tab, b, blk); err != nil {
-			st.putBuf(p)
+			st.bufs.Put(blk)
 			return err
 		}
 		stop := min(bend, end)
 		copy(dst[pos-off:stop-off], blk[pos-bstart:stop-bstart])
-		st.putBuf(p)
+		st.bufs.Put(blk)
 		pos = stop
 	}
 	return nil

@@ -5,9 +5,10 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/shoalfs/shoal/client"
 	"testing"
 
+	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/ost"
 	"github.com/shoalfs/shoal/test/cluster"
 )
 
@@ -15,12 +16,13 @@ import (
 // client library (no FUSE), 1 MiB calls.
 func BenchmarkClientSequential(b *testing.B) {
 	const size = 256 << 20
-	cl := cluster.Start(b, cluster.Options{Client: benchClientOptions()})
+	cl := cluster.Start(b, benchClusterOptions())
 	c := cl.Client()
 	ctx := context.Background()
 	buf := randBytes(1, 1<<20)
 	b.Run("write", func(b *testing.B) {
 		b.SetBytes(size)
+		defer reportCPU(b, size)()
 		for i := 0; i < b.N; i++ {
 			f, err := c.Create(ctx, "/seq", 0o644)
 			if err != nil {
@@ -39,6 +41,7 @@ func BenchmarkClientSequential(b *testing.B) {
 	b.Run("read", func(b *testing.B) {
 		b.SetBytes(size)
 		p := make([]byte, 1<<20)
+		defer reportCPU(b, size)()
 		for i := 0; i < b.N; i++ {
 			f, err := cl.Client().Open(ctx, "/seq")
 			if err != nil {
@@ -54,6 +57,23 @@ func BenchmarkClientSequential(b *testing.B) {
 	})
 }
 
+// benchClusterOptions reads the benchmark's knobs from the environment:
+// SHOAL_BENCH_UPLOADS and SHOAL_BENCH_READAHEAD (client), SHOAL_BENCH_GRPC=1
+// (chunk I/O over gRPC instead of the data path), SHOAL_BENCH_DIRECT=off,
+// writes or all (the OSTs' O_DIRECT use).
+func benchClusterOptions() cluster.Options {
+	o := cluster.Options{Client: benchClientOptions()}
+	switch os.Getenv("SHOAL_BENCH_DIRECT") {
+	case "off":
+		o.DirectIO = ost.DirectOff
+	case "writes":
+		o.DirectIO = ost.DirectWrites
+	case "all":
+		o.DirectIO = ost.DirectAll
+	}
+	return o
+}
+
 func benchClientOptions() client.Options {
 	var o client.Options
 	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_UPLOADS")); err == nil {
@@ -62,5 +82,6 @@ func benchClientOptions() client.Options {
 	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_READAHEAD")); err == nil {
 		o.ReadAheadRows, o.ReadCacheRows = v, 2*v+2
 	}
+	o.GRPCChunks = os.Getenv("SHOAL_BENCH_GRPC") == "1"
 	return o
 }

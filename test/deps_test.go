@@ -9,7 +9,8 @@ import (
 
 // TestDependencyRules enforces DESIGN.md's one-way arrows: servers never
 // import the client, the FUSE layer or each other; the client never imports
-// servers; internal/ packages import no Shoal package but internal/ ones;
+// servers; gds uses the client, never the servers or the mount; internal/
+// packages import no Shoal package but internal/ ones;
 // and no library imports the testing package.
 func TestDependencyRules(t *testing.T) {
 	if testing.Short() {
@@ -33,6 +34,7 @@ func TestDependencyRules(t *testing.T) {
 		{mod + "ost", []string{mod + "client", mod + "fuse", mod + "mds", mod + "gds", mod + "cmd", mod + "test"}},
 		{mod + "client", []string{mod + "mds", mod + "ost", mod + "fuse", mod + "gds", mod + "cmd", mod + "test"}},
 		{mod + "fuse", []string{mod + "mds", mod + "ost", mod + "cmd", mod + "test"}},
+		{mod + "gds", []string{mod + "mds", mod + "ost", mod + "fuse", mod + "cmd", mod + "test"}},
 		{mod + "internal", []string{mod + "mds", mod + "ost", mod + "client", mod + "fuse", mod + "gds", mod + "cmd", mod + "test"}},
 	}
 	allowed := func(imp string) bool { // the generated stubs are the servers' public API

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the system packages Shoal needs, when they are missing: fuse3
 # (fusermount3, for mounting without root) and sqlite3 (the tests run
-# programs on a mount). Needs root or sudo for apt.
+# programs on a mount), gcc (the C ABI of the GPU path). Needs root or sudo for apt.
 set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+# gcc: the GPU path's C ABI (cmd/libshoalgds, a c-shared library) and its
+# tests, and the fake CUDA library that checks gds's bindings.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
 fi

@@ -74,7 +74,7 @@ See docs/performance.md.`,
 	f.IntVar(&o.Threads, "threads", 4, "big files, checkpoint shards and threads of the data workloads")
 	f.IntVar(&o.MetaThreads, "meta-threads", 16, "threads of the metadata workloads")
 	f.IntVar(&o.Files, "files", 1000, "small files, and files per metadata run")
-	f.StringVar(&o.Only, "only", "", "comma list of workload groups (big, small, meta, ckpt) and paths (mount, api) to run; empty: all")
+	f.StringVar(&o.Only, "only", "", "comma list of workload groups (big, small, meta, ckpt; ckpt-api only when named) and paths (mount, api) to run; empty: all")
 	f.BoolVar(&o.Keep, "keep", false, "keep the baseline files and the local cluster under --dir")
 	f.BoolVar(&asJSON, "json", false, "print the figures as a JSON array")
 	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,10 +21,11 @@ import (
 )
 
 type localFlags struct {
-	dir, mount, listen, metrics string
-	osts, k, m                  int
-	unit                        int64
-	debug, allowOther           bool
+	dataListen                       string // host:0 or "off"
+	dir, mount, listen, metrics      string
+	osts, k, m                       int
+	unit                             int64
+	debug, allowOther, syncNamespace bool
 }
 
 func newLocalCmd(g *globals) *cobra.Command {
@@ -47,6 +49,8 @@ the same --dir shows the same files.`,
 	cmd.Flags().IntVar(&f.m, "m", layout.Default.M, "parity cells per row of the root directory's layout (first start only)")
 	cmd.Flags().Int64Var(&f.unit, "unit", layout.Default.Unit, "cell size in bytes of the root directory's layout (first start only)")
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log every FUSE request")
+	dataListenFlag(cmd, &f.dataListen, "HOST:0 each OST serves its bulk data path (chunk reads and writes on framed TCP) on, a port each (default 127.0.0.1:0; \"off\": chunk I/O over gRPC only)")
+	syncNamespaceFlag(cmd, &f.syncNamespace)
 	allowOtherFlag(cmd, &f.allowOther)
 	return cmd
 }
@@ -59,6 +63,11 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	if f.osts < lo.Shards() {
 		return fmt.Errorf("%d OSTs cannot hold %v: need at least %d", f.osts, lo, lo.Shards())
+	}
+	if f.dataListen != "" && f.dataListen != ost.DataListenOff {
+		if _, port, err := net.SplitHostPort(f.dataListen); err != nil || port != "0" {
+			return fmt.Errorf("--data-listen %q: want HOST:0 (each OST picks its own port) or %q", f.dataListen, ost.DataListenOff)
+		}
 	}
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
 		return err
@@ -101,7 +110,7 @@ func runLocal(g *globals, f *localFlags) error {
 	for i := 1; i <= f.osts; i++ {
 		dir := filepath.Join(f.dir, fmt.Sprintf("ost-%02d", i))
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"proc": fmt.Sprintf("ost-%02d", i)}, reg)
-		o, srv, err := startOST(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", mdsAddr)
+		o, srv, err := startOST(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr)
 		if err != nil {
 			return err
 		}
@@ -121,7 +130,7 @@ func runLocal(g *globals, f *localFlags) error {
 	if err := os.MkdirAll(f.mount, 0o755); err != nil {
 		return err
 	}
-	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg)})
+	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 func newMountCmd(g *globals) *cobra.Command {
 	var mdsAddr, metrics string
-	var debug, allowOther bool
+	var debug, allowOther, syncNamespace bool
 	cmd := &cobra.Command{
 		Use:   "mount MOUNTPOINT",
 		Short: "Mount a Shoal file system with FUSE",
@@ -31,7 +31,7 @@ func newMountCmd(g *globals) *cobra.Command {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			reg := prometheus.NewRegistry()
-			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg})
+			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace})
 			if err != nil {
 				return err
 			}
@@ -48,6 +48,7 @@ func newMountCmd(g *globals) *cobra.Command {
 	mdsFlag(cmd, &mdsAddr)
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	allowOtherFlag(cmd, &allowOther)
+	syncNamespaceFlag(cmd, &syncNamespace)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	return cmd
 }
@@ -83,6 +84,12 @@ func waitUnmount(log *slog.Logger, m *fuse.Mounted) error {
 
 // allowOtherFlag adds --allow-other: on by default for root, so that every
 // user of the node can use the mount (permissions are still checked).
+// syncNamespaceFlag is --sync-namespace of the commands that mount.
+func syncNamespaceFlag(cmd *cobra.Command, dst *bool) {
+	cmd.Flags().BoolVar(dst, "sync-namespace", false,
+		"acknowledge each namespace change (create, unlink, rename...) only once it is durable in the MDS; by default it is acknowledged once visible to all clients and made durable within milliseconds or by fsync, as on a local file system")
+}
+
 func allowOtherFlag(cmd *cobra.Command, dst *bool) {
 	cmd.Flags().BoolVar(dst, "allow-other", os.Geteuid() == 0,
 		"let users other than the one mounting use the mount (default on for root; others need user_allow_other in /etc/fuse.conf)")

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,24 +21,38 @@ import (
 )
 
 func newMDSCmd(g *globals) *cobra.Command {
-	var dir, listen, metrics string
+	var dir, listen, metrics, peers string
+	var id uint64
+	var join bool
 	cmd := &cobra.Command{
 		Use:   "mds",
-		Short: "Run a metadata server",
+		Short: "Run a metadata server, alone or as one member of a replicated group (--id, --peers)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
 			log := g.logger().With("proc", "mds")
 			reg := prometheus.NewRegistry()
-			m, err := mds.Open(ctx, mds.Options{Dir: dir, Logger: log, Registry: reg})
-			if err != nil {
-				return err
+			o := mds.Options{Dir: dir, Logger: log, Registry: reg}
+			if peers != "" || id != 0 || join {
+				p, err := parsePeers(peers)
+				if err != nil {
+					return err
+				}
+				o.Raft = &mds.RaftOptions{ID: id, Peers: p, Join: join}
 			}
-			defer m.Close()
-			srv, err := wire.Listen(listen, m.Register)
+			// Bind first: a member must be reachable at its address
+			// while its Raft node starts.
+			srv, err := wire.Bind(listen)
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", listen, err)
 			}
+			m, err := mds.Open(ctx, o)
+			if err != nil {
+				srv.Stop(0)
+				return err
+			}
+			defer m.Close()
+			srv.Serve(m.Register)
 			log.Info("MDS serving", "addr", srv.Addr(), "dir", dir)
 			serveMetrics(ctx, log, metrics, reg)
 			<-ctx.Done()
@@ -46,12 +63,33 @@ func newMDSCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the MDS database (required)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7700", "address to serve gRPC on")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
+	cmd.Flags().Uint64Var(&id, "id", 0, "member id in a replicated MDS group (with --peers)")
+	cmd.Flags().StringVar(&peers, "peers", "", "initial members of the group: 1=ADDR1,2=ADDR2,3=ADDR3 (this member included; read on the first start only)")
+	cmd.Flags().BoolVar(&join, "join", false, "join an existing group as a new member (add it with `shoal admin mds add` first)")
 	cmd.MarkFlagRequired("dir")
 	return cmd
 }
 
+// parsePeers parses "1=host:port,2=host:port".
+func parsePeers(s string) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(p, "=")
+		id, err := strconv.ParseUint(k, 10, 64)
+		if !ok || err != nil || id == 0 || v == "" {
+			return nil, fmt.Errorf("--peers: %q is not ID=ADDR", p)
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
 func newOSTCmd(g *globals) *cobra.Command {
 	var dir, listen, advertise, mdsAddr, metrics string
+	var dataListen string
 	cmd := &cobra.Command{
 		Use:   "ost",
 		Short: "Run an object storage target on one directory",
@@ -63,11 +101,11 @@ func newOSTCmd(g *globals) *cobra.Command {
 			defer cancel()
 			log := g.logger().With("proc", "ost")
 			reg := prometheus.NewRegistry()
-			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, mdsAddr)
+			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr)
 			if err != nil {
 				return err
 			}
-			log.Info("OST serving", "addr", srv.Addr(), "id", o.ID(), "dir", dir)
+			log.Info("OST serving", "addr", srv.Addr(), "data_addr", o.DataAddr(), "id", o.ID(), "dir", dir)
 			serveMetrics(ctx, log, metrics, reg)
 			<-ctx.Done()
 			srv.Stop(5 * time.Second)
@@ -77,15 +115,22 @@ func newOSTCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "directory holding the chunks (required)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve gRPC on")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients reach this OST at (default: the listen address)")
+	dataListenFlag(cmd, &dataListen, "address to serve the bulk data path (chunk reads and writes on framed TCP) on (default: the --listen host, any port; \"off\": chunk I/O over gRPC only)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	mdsFlag(cmd, &mdsAddr)
 	cmd.MarkFlagRequired("dir")
 	return cmd
 }
 
-// startOST opens an OST on dir, serves it on listen and registers it with
+// dataListenFlag adds --data-listen.
+func dataListenFlag(cmd *cobra.Command, dst *string, usage string) {
+	cmd.Flags().StringVar(dst, "data-listen", "", usage)
+}
+
+// startOST opens an OST on dir, serves it on listen (gRPC) and dataListen
+// (the data path; "": the host of listen, any port) and registers it with
 // the MDS.
-func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, mdsAddr string) (*ost.Server, *wire.Server, error) {
+func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string) (*ost.Server, *wire.Server, error) {
 	srv, err := wire.Bind(listen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", listen, err)
@@ -93,7 +138,15 @@ func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, 
 	if advertise == "" {
 		advertise = srv.Addr()
 	}
-	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg})
+	if dataListen == "" {
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil {
+			srv.Kill()
+			return nil, nil, fmt.Errorf("--listen %s: %w", listen, err)
+		}
+		dataListen = net.JoinHostPort(host, "0")
+	}
+	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen})
 	if err != nil {
 		srv.Kill()
 		return nil, nil, err

@@ -25,6 +25,10 @@ var (
 	ErrNoData       = errors.New("no such attribute")
 	ErrRange        = errors.New("result out of range")
 	ErrArgTooBig    = errors.New("argument too big")
+	// ErrNotLeader: the MDS replica is not the leader of its Raft group
+	// (or not yet serving as one); the call may be retried at the leader.
+	// A *NotLeaderError carries the leader's address when known.
+	ErrNotLeader = errors.New("not the MDS leader")
 )
 
 // All lists every sentinel, for tables that must cover each one.
@@ -34,3 +38,27 @@ var All = []error{
 	ErrPermission, ErrNotPermitted, ErrNotSupported, ErrTooLarge, ErrLoop,
 	ErrNoData, ErrRange, ErrArgTooBig,
 }
+
+// Internal lists the sentinels that stop below the client library: the MDS
+// group connection (wire.GroupConn) consumes ErrNotLeader by retrying at
+// the leader, so it never reaches a file system caller.
+var Internal = []error{ErrNotLeader}
+
+// NotLeaderError is ErrNotLeader with the address of the member believed
+// to lead ("" when none is known).
+type NotLeaderError struct {
+	Leader string
+	Msg    string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	if e.Leader == "" {
+		return ErrNotLeader.Error() + " (no leader known)"
+	}
+	return ErrNotLeader.Error() + "; leader at " + e.Leader
+}
+
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }

@@ -52,7 +52,12 @@ var table = []entry{
 	{errs.ErrNoData, codes.NotFound, "NO_DATA"},
 	{errs.ErrRange, codes.OutOfRange, "RANGE"},
 	{errs.ErrArgTooBig, codes.InvalidArgument, "ARG_TOO_BIG"},
+	{errs.ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
 }
+
+// leaderKey is the ErrorInfo metadata key of a NOT_LEADER status naming
+// the leader's address.
+const leaderKey = "leader"
 
 // ToStatus turns an error into a gRPC status error carrying its sentinel's
 // reason. Errors that already are statuses pass through; context errors
@@ -67,7 +72,11 @@ func ToStatus(err error) error {
 	for _, e := range table {
 		if errors.Is(err, e.err) {
 			st := status.New(e.code, err.Error())
-			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: Domain, Reason: e.reason}); derr == nil {
+			info := &errdetails.ErrorInfo{Domain: Domain, Reason: e.reason}
+			if nl := (*errs.NotLeaderError)(nil); errors.As(err, &nl) && nl.Leader != "" {
+				info.Metadata = map[string]string{leaderKey: nl.Leader}
+			}
+			if d, derr := st.WithDetails(info); derr == nil {
 				st = d
 			}
 			return st.Err()
@@ -117,6 +126,9 @@ func FromStatus(err error) error {
 		if !ok || info.GetDomain() != Domain {
 			continue
 		}
+		if info.GetReason() == "NOT_LEADER" {
+			return &errs.NotLeaderError{Leader: info.GetMetadata()[leaderKey], Msg: st.Message()}
+		}
 		for _, e := range table {
 			if e.reason == info.GetReason() {
 				return &remoteError{sentinel: e.err, msg: st.Message()}
@@ -156,8 +168,16 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.ReadBufferSize(1 << 20),
 		grpc.WriteBufferSize(1 << 20),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
+		// A pool of long-lived workers serves the streams: a new goroutine
+		// per call spent about a fifth of a small call's CPU growing its
+		// stack (docs/performance.md, "Metadata round trips").
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 }
+
+// streamWorkers is the number of goroutines a server keeps to serve calls;
+// calls beyond them still get goroutines of their own.
+const streamWorkers = 32
 
 // Dial opens a client connection with Shoal's options. Transport security
 // (mutual TLS) is a later issue; today every connection is plaintext.

@@ -15,19 +15,33 @@ import (
 // TestRoundTrip sends every sentinel, wrapped, through the server and
 // client translations: errors.Is must still match, and no other sentinel.
 func TestRoundTrip(t *testing.T) {
-	for _, s := range errs.All {
+	all := append(append([]error(nil), errs.All...), errs.Internal...)
+	for _, s := range all {
 		got := FromStatus(ToStatus(fmt.Errorf("op on inode 7: %w", s)))
 		if !errors.Is(got, s) {
 			t.Errorf("%v: came back as %v", s, got)
 		}
-		for _, other := range errs.All {
+		for _, other := range all {
 			if other != s && errors.Is(got, other) {
 				t.Errorf("%v: also matches %v", s, other)
 			}
 		}
 	}
-	if len(table) != len(errs.All) {
-		t.Errorf("wire table has %d entries, errs.All %d", len(table), len(errs.All))
+	if len(table) != len(all) {
+		t.Errorf("wire table has %d entries, errs.All and errs.Internal %d", len(table), len(all))
+	}
+}
+
+// TestNotLeaderHint: the leader's address crosses the wire in the status
+// detail, not in the text.
+func TestNotLeaderHint(t *testing.T) {
+	got := FromStatus(ToStatus(fmt.Errorf("create: %w", &errs.NotLeaderError{Leader: "10.0.0.2:7000"})))
+	var nl *errs.NotLeaderError
+	if !errors.As(got, &nl) || nl.Leader != "10.0.0.2:7000" || !errors.Is(got, errs.ErrNotLeader) {
+		t.Fatalf("got %#v", got)
+	}
+	if errors.Is(got, errs.ErrUnavailable) {
+		t.Error("NOT_LEADER also matches ErrUnavailable")
 	}
 }
 

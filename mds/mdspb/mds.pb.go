@@ -758,6 +758,7 @@ type OstInfo struct {
 	LastHeartbeatNs int64                  `protobuf:"varint,8,opt,name=last_heartbeat_ns,json=lastHeartbeatNs,proto3" json:"last_heartbeat_ns,omitempty"`
 	Up              bool                   `protobuf:"varint,9,opt,name=up,proto3" json:"up,omitempty"`
 	FsId            string                 `protobuf:"bytes,10,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"` // file system the OST's directory is on (OSTs sharing one are counted once by StatFs)
+	State           string                 `protobuf:"bytes,11,opt,name=state,proto3" json:"state,omitempty"`           // Administration: "up", "down", "draining" or "removed" (OstState)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -862,6 +863,13 @@ func (x *OstInfo) GetFsId() string {
 	return ""
 }
 
+func (x *OstInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -901,6 +909,8 @@ func (*Empty) Descriptor() ([]byte, []int) {
 type AttrReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Handle        uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`   // Create with open_session: the open handle
+	Created       bool                   `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"` // Create: the file is new (its extent map is empty)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -940,6 +950,20 @@ func (x *AttrReply) GetAttr() *Attr {
 		return x.Attr
 	}
 	return nil
+}
+
+func (x *AttrReply) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *AttrReply) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 type LookupRequest struct {
@@ -1139,14 +1163,17 @@ func (x *SetAttrRequest) GetMtimeNs() int64 {
 }
 
 type CreateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // type bits + permission bits (umask already applied)
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
-	Exclusive     bool                   `protobuf:"varint,6,opt,name=exclusive,proto3" json:"exclusive,omitempty"` // EEXIST if the name exists; else an existing regular file is returned
-	Layout        *Layout                `protobuf:"bytes,7,opt,name=layout,proto3" json:"layout,omitempty"`        // optional: overrides the parent's layout
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Parent    uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name      []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Mode      uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // type bits + permission bits (umask already applied)
+	Uid       uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid       uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	Exclusive bool                   `protobuf:"varint,6,opt,name=exclusive,proto3" json:"exclusive,omitempty"` // EEXIST if the name exists; else an existing regular file is returned
+	Layout    *Layout                `protobuf:"bytes,7,opt,name=layout,proto3" json:"layout,omitempty"`        // optional: overrides the parent's layout
+	// Create only: when set, also open the regular file for this session in
+	// the same transaction (AttrReply.handle).
+	OpenSession   uint64 `protobuf:"varint,8,opt,name=open_session,json=openSession,proto3" json:"open_session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1228,6 +1255,13 @@ func (x *CreateRequest) GetLayout() *Layout {
 		return x.Layout
 	}
 	return nil
+}
+
+func (x *CreateRequest) GetOpenSession() uint64 {
+	if x != nil {
+		return x.OpenSession
+	}
+	return 0
 }
 
 type SymlinkRequest struct {
@@ -2881,6 +2915,7 @@ type OpenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Extents       bool                   `protobuf:"varint,3,opt,name=extents,proto3" json:"extents,omitempty"` // also return the attributes and the extent map
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2929,9 +2964,18 @@ func (x *OpenRequest) GetIno() uint64 {
 	return 0
 }
 
+func (x *OpenRequest) GetExtents() bool {
+	if x != nil {
+		return x.Extents
+	}
+	return false
+}
+
 type OpenReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Attr          *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`       // with OpenRequest.extents
+	Extents       []*ExtentRef           `protobuf:"bytes,3,rep,name=extents,proto3" json:"extents,omitempty"` // with OpenRequest.extents: as GetExtents
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2971,6 +3015,20 @@ func (x *OpenReply) GetHandle() uint64 {
 		return x.Handle
 	}
 	return 0
+}
+
+func (x *OpenReply) GetAttr() *Attr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
+}
+
+func (x *OpenReply) GetExtents() []*ExtentRef {
+	if x != nil {
+		return x.Extents
+	}
+	return nil
 }
 
 type ReleaseRequest struct {
@@ -3270,6 +3328,1412 @@ func (x *GetLockReply) GetConflict() *FileLock {
 	return nil
 }
 
+// CloneRange is one range of a clone: source bytes [src_off,
+// src_off+length) become destination bytes [dst_off, dst_off+length).
+// length 0 means to the end of the source file (its size at the clone).
+type CloneRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SrcOff        uint64                 `protobuf:"varint,1,opt,name=src_off,json=srcOff,proto3" json:"src_off,omitempty"`
+	DstOff        uint64                 `protobuf:"varint,2,opt,name=dst_off,json=dstOff,proto3" json:"dst_off,omitempty"`
+	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneRange) Reset() {
+	*x = CloneRange{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneRange) ProtoMessage() {}
+
+func (x *CloneRange) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneRange.ProtoReflect.Descriptor instead.
+func (*CloneRange) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CloneRange) GetSrcOff() uint64 {
+	if x != nil {
+		return x.SrcOff
+	}
+	return 0
+}
+
+func (x *CloneRange) GetDstOff() uint64 {
+	if x != nil {
+		return x.DstOff
+	}
+	return 0
+}
+
+func (x *CloneRange) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// CloneExtentsRequest makes ranges of regular file src_ino part of regular
+// file dst_ino, in one transaction: each range's extent-map entries are
+// copied into dst (sharing the extents, whose reference counts grow; the
+// entries may name sub-ranges of extents, so no alignment is needed),
+// replacing what dst held there; holes in the source range become holes in
+// dst. Every range is read from the source as it was before the call (src
+// and dst may be the same file). dst's size grows to cover every range;
+// an extent is collected only when its last reference, in any file, goes.
+type CloneExtentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SrcIno        uint64                 `protobuf:"varint,1,opt,name=src_ino,json=srcIno,proto3" json:"src_ino,omitempty"`
+	DstIno        uint64                 `protobuf:"varint,2,opt,name=dst_ino,json=dstIno,proto3" json:"dst_ino,omitempty"`
+	Ranges        []*CloneRange          `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,4,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"` // dst's new mtime; 0: the server's clock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneExtentsRequest) Reset() {
+	*x = CloneExtentsRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneExtentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneExtentsRequest) ProtoMessage() {}
+
+func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneExtentsRequest.ProtoReflect.Descriptor instead.
+func (*CloneExtentsRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CloneExtentsRequest) GetSrcIno() uint64 {
+	if x != nil {
+		return x.SrcIno
+	}
+	return 0
+}
+
+func (x *CloneExtentsRequest) GetDstIno() uint64 {
+	if x != nil {
+		return x.DstIno
+	}
+	return 0
+}
+
+func (x *CloneExtentsRequest) GetRanges() []*CloneRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *CloneExtentsRequest) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+type CloneExtentsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`                                   // dst after the call
+	SharedBytes   uint64                 `protobuf:"varint,2,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"` // bytes now referenced from dst that were data in src (holes excluded)
+	Entries       uint32                 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`                            // extent-map entries written into dst
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneExtentsReply) Reset() {
+	*x = CloneExtentsReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneExtentsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneExtentsReply) ProtoMessage() {}
+
+func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneExtentsReply.ProtoReflect.Descriptor instead.
+func (*CloneExtentsReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CloneExtentsReply) GetAttr() *Attr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
+}
+
+func (x *CloneExtentsReply) GetSharedBytes() uint64 {
+	if x != nil {
+		return x.SharedBytes
+	}
+	return 0
+}
+
+func (x *CloneExtentsReply) GetEntries() uint32 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+// SetLayoutRequest sets the layout of a directory (inherited by files
+// created in it afterwards) or of an empty regular file.
+type SetLayoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Layout        *Layout                `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLayoutRequest) Reset() {
+	*x = SetLayoutRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLayoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLayoutRequest) ProtoMessage() {}
+
+func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLayoutRequest.ProtoReflect.Descriptor instead.
+func (*SetLayoutRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *SetLayoutRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SetLayoutRequest) GetLayout() *Layout {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+// SetOstStateRequest changes an OST's administrative state: "active"
+// (placement may use it), "draining" (no new extents; the drain job moves
+// its chunks off) or "removed" (refused while any extent still has a chunk
+// on it, unless force).
+type SetOstStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Force         bool                   `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOstStateRequest) Reset() {
+	*x = SetOstStateRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOstStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOstStateRequest) ProtoMessage() {}
+
+func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOstStateRequest.ProtoReflect.Descriptor instead.
+func (*SetOstStateRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SetOstStateRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SetOstStateRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SetOstStateRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// Job kinds: "repair", "drain", "rebalance", "scrub".
+type StartJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	ThresholdPct  float64                `protobuf:"fixed64,2,opt,name=threshold_pct,json=thresholdPct,proto3" json:"threshold_pct,omitempty"` // rebalance: target spread around the mean, in percent (default 5)
+	MaxBandwidth  uint64                 `protobuf:"varint,3,opt,name=max_bandwidth,json=maxBandwidth,proto3" json:"max_bandwidth,omitempty"`  // bytes/s of chunk data written by the job; 0 = unlimited
+	ScrubRate     uint64                 `protobuf:"varint,4,opt,name=scrub_rate,json=scrubRate,proto3" json:"scrub_rate,omitempty"`           // scrub: bytes/s per OST for this pass; 0 = the OST's default
+	Osts          []uint32               `protobuf:"varint,5,rep,packed,name=osts,proto3" json:"osts,omitempty"`                               // repair: OSTs to treat as lost now (default: every OST down)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartJobRequest) Reset() {
+	*x = StartJobRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartJobRequest) ProtoMessage() {}
+
+func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
+func (*StartJobRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *StartJobRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StartJobRequest) GetThresholdPct() float64 {
+	if x != nil {
+		return x.ThresholdPct
+	}
+	return 0
+}
+
+func (x *StartJobRequest) GetMaxBandwidth() uint64 {
+	if x != nil {
+		return x.MaxBandwidth
+	}
+	return 0
+}
+
+func (x *StartJobRequest) GetScrubRate() uint64 {
+	if x != nil {
+		return x.ScrubRate
+	}
+	return 0
+}
+
+func (x *StartJobRequest) GetOsts() []uint32 {
+	if x != nil {
+		return x.Osts
+	}
+	return nil
+}
+
+type JobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobRequest) Reset() {
+	*x = JobRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRequest) ProtoMessage() {}
+
+func (x *JobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRequest.ProtoReflect.Descriptor instead.
+func (*JobRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *JobRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+// AdminJob is the persisted state of one job kind (one job per kind at a
+// time): what it is doing and how far it got.
+type AdminJob struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Kind           string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	State          string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"` // "idle", "running", "stopped", "done", "failed"
+	Params         *StartJobRequest       `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	StartedNs      int64                  `protobuf:"varint,4,opt,name=started_ns,json=startedNs,proto3" json:"started_ns,omitempty"`
+	UpdatedNs      int64                  `protobuf:"varint,5,opt,name=updated_ns,json=updatedNs,proto3" json:"updated_ns,omitempty"`
+	FinishedNs     int64                  `protobuf:"varint,6,opt,name=finished_ns,json=finishedNs,proto3" json:"finished_ns,omitempty"`
+	PlannedChunks  uint64                 `protobuf:"varint,7,opt,name=planned_chunks,json=plannedChunks,proto3" json:"planned_chunks,omitempty"` // of the current pass
+	PlannedBytes   uint64                 `protobuf:"varint,8,opt,name=planned_bytes,json=plannedBytes,proto3" json:"planned_bytes,omitempty"`
+	DoneChunks     uint64                 `protobuf:"varint,9,opt,name=done_chunks,json=doneChunks,proto3" json:"done_chunks,omitempty"` // since the job started
+	DoneBytes      uint64                 `protobuf:"varint,10,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
+	FailedChunks   uint64                 `protobuf:"varint,11,opt,name=failed_chunks,json=failedChunks,proto3" json:"failed_chunks,omitempty"`
+	Passes         uint32                 `protobuf:"varint,12,opt,name=passes,proto3" json:"passes,omitempty"`
+	Error          string                 `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`                                          // the last error, if any
+	LostExtents    uint64                 `protobuf:"varint,14,opt,name=lost_extents,json=lostExtents,proto3" json:"lost_extents,omitempty"`          // extents with fewer than k readable chunks (repair cannot rebuild them)
+	ScrubbedChunks uint64                 `protobuf:"varint,15,opt,name=scrubbed_chunks,json=scrubbedChunks,proto3" json:"scrubbed_chunks,omitempty"` // scrub: chunks checked by the OSTs in this pass
+	ScrubbedBytes  uint64                 `protobuf:"varint,16,opt,name=scrubbed_bytes,json=scrubbedBytes,proto3" json:"scrubbed_bytes,omitempty"`
+	CorruptFound   uint64                 `protobuf:"varint,17,opt,name=corrupt_found,json=corruptFound,proto3" json:"corrupt_found,omitempty"`    // scrub: bad chunks reported
+	OstsScrubbing  uint32                 `protobuf:"varint,18,opt,name=osts_scrubbing,json=ostsScrubbing,proto3" json:"osts_scrubbing,omitempty"` // scrub: OSTs whose pass is still running
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AdminJob) Reset() {
+	*x = AdminJob{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdminJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdminJob) ProtoMessage() {}
+
+func (x *AdminJob) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdminJob.ProtoReflect.Descriptor instead.
+func (*AdminJob) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *AdminJob) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AdminJob) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AdminJob) GetParams() *StartJobRequest {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *AdminJob) GetStartedNs() int64 {
+	if x != nil {
+		return x.StartedNs
+	}
+	return 0
+}
+
+func (x *AdminJob) GetUpdatedNs() int64 {
+	if x != nil {
+		return x.UpdatedNs
+	}
+	return 0
+}
+
+func (x *AdminJob) GetFinishedNs() int64 {
+	if x != nil {
+		return x.FinishedNs
+	}
+	return 0
+}
+
+func (x *AdminJob) GetPlannedChunks() uint64 {
+	if x != nil {
+		return x.PlannedChunks
+	}
+	return 0
+}
+
+func (x *AdminJob) GetPlannedBytes() uint64 {
+	if x != nil {
+		return x.PlannedBytes
+	}
+	return 0
+}
+
+func (x *AdminJob) GetDoneChunks() uint64 {
+	if x != nil {
+		return x.DoneChunks
+	}
+	return 0
+}
+
+func (x *AdminJob) GetDoneBytes() uint64 {
+	if x != nil {
+		return x.DoneBytes
+	}
+	return 0
+}
+
+func (x *AdminJob) GetFailedChunks() uint64 {
+	if x != nil {
+		return x.FailedChunks
+	}
+	return 0
+}
+
+func (x *AdminJob) GetPasses() uint32 {
+	if x != nil {
+		return x.Passes
+	}
+	return 0
+}
+
+func (x *AdminJob) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AdminJob) GetLostExtents() uint64 {
+	if x != nil {
+		return x.LostExtents
+	}
+	return 0
+}
+
+func (x *AdminJob) GetScrubbedChunks() uint64 {
+	if x != nil {
+		return x.ScrubbedChunks
+	}
+	return 0
+}
+
+func (x *AdminJob) GetScrubbedBytes() uint64 {
+	if x != nil {
+		return x.ScrubbedBytes
+	}
+	return 0
+}
+
+func (x *AdminJob) GetCorruptFound() uint64 {
+	if x != nil {
+		return x.CorruptFound
+	}
+	return 0
+}
+
+func (x *AdminJob) GetOstsScrubbing() uint32 {
+	if x != nil {
+		return x.OstsScrubbing
+	}
+	return 0
+}
+
+// ChunkMove is one planned move of chunk index of extent from one OST to another.
+type ChunkMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Extent        uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	From          uint32                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint32                 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkMove) Reset() {
+	*x = ChunkMove{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkMove) ProtoMessage() {}
+
+func (x *ChunkMove) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkMove.ProtoReflect.Descriptor instead.
+func (*ChunkMove) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ChunkMove) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *ChunkMove) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ChunkMove) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *ChunkMove) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *ChunkMove) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+// OstLoad is one OST's share of the referenced chunk bytes, before and
+// after a plan.
+type OstLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	After         uint64                 `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
+	Chunks        uint64                 `protobuf:"varint,4,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OstLoad) Reset() {
+	*x = OstLoad{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OstLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OstLoad) ProtoMessage() {}
+
+func (x *OstLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OstLoad.ProtoReflect.Descriptor instead.
+func (*OstLoad) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *OstLoad) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *OstLoad) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *OstLoad) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *OstLoad) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+type RebalancePlan struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Osts              []*OstLoad             `protobuf:"bytes,1,rep,name=osts,proto3" json:"osts,omitempty"`
+	Moves             uint64                 `protobuf:"varint,2,opt,name=moves,proto3" json:"moves,omitempty"`
+	Bytes             uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	ImbalancePct      float64                `protobuf:"fixed64,4,opt,name=imbalance_pct,json=imbalancePct,proto3" json:"imbalance_pct,omitempty"`                  // now: (max - min) / mean
+	ImbalanceAfterPct float64                `protobuf:"fixed64,5,opt,name=imbalance_after_pct,json=imbalanceAfterPct,proto3" json:"imbalance_after_pct,omitempty"` // after the plan
+	Sample            []*ChunkMove           `protobuf:"bytes,6,rep,name=sample,proto3" json:"sample,omitempty"`                                                    // the first moves of the plan
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RebalancePlan) Reset() {
+	*x = RebalancePlan{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalancePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalancePlan) ProtoMessage() {}
+
+func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalancePlan.ProtoReflect.Descriptor instead.
+func (*RebalancePlan) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *RebalancePlan) GetOsts() []*OstLoad {
+	if x != nil {
+		return x.Osts
+	}
+	return nil
+}
+
+func (x *RebalancePlan) GetMoves() uint64 {
+	if x != nil {
+		return x.Moves
+	}
+	return 0
+}
+
+func (x *RebalancePlan) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RebalancePlan) GetImbalancePct() float64 {
+	if x != nil {
+		return x.ImbalancePct
+	}
+	return 0
+}
+
+func (x *RebalancePlan) GetImbalanceAfterPct() float64 {
+	if x != nil {
+		return x.ImbalanceAfterPct
+	}
+	return 0
+}
+
+func (x *RebalancePlan) GetSample() []*ChunkMove {
+	if x != nil {
+		return x.Sample
+	}
+	return nil
+}
+
+// MoveRecord is the persisted intent of one chunk move, written before the
+// destination chunk is, so that an interrupted move is finished or undone.
+type MoveRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Extent        uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	From          uint32                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint32                 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	Kind          string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	StartedNs     int64                  `protobuf:"varint,6,opt,name=started_ns,json=startedNs,proto3" json:"started_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRecord) Reset() {
+	*x = MoveRecord{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRecord) ProtoMessage() {}
+
+func (x *MoveRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRecord.ProtoReflect.Descriptor instead.
+func (*MoveRecord) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *MoveRecord) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *MoveRecord) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *MoveRecord) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveRecord) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *MoveRecord) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MoveRecord) GetStartedNs() int64 {
+	if x != nil {
+		return x.StartedNs
+	}
+	return 0
+}
+
+// BadChunk is a chunk reported unreadable (scrub, fsck), queued for repair.
+type BadChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Extent        uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Ost           uint32                 `protobuf:"varint,3,opt,name=ost,proto3" json:"ost,omitempty"`
+	ReportedNs    int64                  `protobuf:"varint,4,opt,name=reported_ns,json=reportedNs,proto3" json:"reported_ns,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BadChunk) Reset() {
+	*x = BadChunk{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BadChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BadChunk) ProtoMessage() {}
+
+func (x *BadChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BadChunk.ProtoReflect.Descriptor instead.
+func (*BadChunk) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *BadChunk) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *BadChunk) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BadChunk) GetOst() uint32 {
+	if x != nil {
+		return x.Ost
+	}
+	return 0
+}
+
+func (x *BadChunk) GetReportedNs() int64 {
+	if x != nil {
+		return x.ReportedNs
+	}
+	return 0
+}
+
+func (x *BadChunk) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReportCorruptRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ost           uint32                 `protobuf:"varint,1,opt,name=ost,proto3" json:"ost,omitempty"`
+	Chunks        []*BadChunk            `protobuf:"bytes,2,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportCorruptRequest) Reset() {
+	*x = ReportCorruptRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportCorruptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportCorruptRequest) ProtoMessage() {}
+
+func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportCorruptRequest.ProtoReflect.Descriptor instead.
+func (*ReportCorruptRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ReportCorruptRequest) GetOst() uint32 {
+	if x != nil {
+		return x.Ost
+	}
+	return 0
+}
+
+func (x *ReportCorruptRequest) GetChunks() []*BadChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+type FsckRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repair        bool                   `protobuf:"varint,1,opt,name=repair,proto3" json:"repair,omitempty"`
+	OrphanGraceNs int64                  `protobuf:"varint,2,opt,name=orphan_grace_ns,json=orphanGraceNs,proto3" json:"orphan_grace_ns,omitempty"` // chunks younger than this are not orphans; 0 = the MDS's GC grace
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsckRequest) Reset() {
+	*x = FsckRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsckRequest) ProtoMessage() {}
+
+func (x *FsckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
+func (*FsckRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *FsckRequest) GetRepair() bool {
+	if x != nil {
+		return x.Repair
+	}
+	return false
+}
+
+func (x *FsckRequest) GetOrphanGraceNs() int64 {
+	if x != nil {
+		return x.OrphanGraceNs
+	}
+	return 0
+}
+
+type FsckProblem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "missing", "corrupt", "wrong_length", "orphan", "unreachable", "unreadable_extent"
+	Extent        uint64                 `protobuf:"varint,2,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Ost           uint32                 `protobuf:"varint,4,opt,name=ost,proto3" json:"ost,omitempty"`
+	Detail        string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	Fixed         bool                   `protobuf:"varint,6,opt,name=fixed,proto3" json:"fixed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsckProblem) Reset() {
+	*x = FsckProblem{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsckProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsckProblem) ProtoMessage() {}
+
+func (x *FsckProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsckProblem.ProtoReflect.Descriptor instead.
+func (*FsckProblem) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *FsckProblem) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *FsckProblem) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *FsckProblem) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *FsckProblem) GetOst() uint32 {
+	if x != nil {
+		return x.Ost
+	}
+	return 0
+}
+
+func (x *FsckProblem) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *FsckProblem) GetFixed() bool {
+	if x != nil {
+		return x.Fixed
+	}
+	return false
+}
+
+type FsckReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Extents       uint64                 `protobuf:"varint,1,opt,name=extents,proto3" json:"extents,omitempty"`
+	ChunksChecked uint64                 `protobuf:"varint,2,opt,name=chunks_checked,json=chunksChecked,proto3" json:"chunks_checked,omitempty"`
+	OstChunks     uint64                 `protobuf:"varint,3,opt,name=ost_chunks,json=ostChunks,proto3" json:"ost_chunks,omitempty"`
+	Problems      []*FsckProblem         `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`
+	ProblemCount  uint64                 `protobuf:"varint,5,opt,name=problem_count,json=problemCount,proto3" json:"problem_count,omitempty"`
+	Fixed         uint64                 `protobuf:"varint,6,opt,name=fixed,proto3" json:"fixed,omitempty"`
+	Clean         bool                   `protobuf:"varint,7,opt,name=clean,proto3" json:"clean,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsckReply) Reset() {
+	*x = FsckReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsckReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsckReply) ProtoMessage() {}
+
+func (x *FsckReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsckReply.ProtoReflect.Descriptor instead.
+func (*FsckReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *FsckReply) GetExtents() uint64 {
+	if x != nil {
+		return x.Extents
+	}
+	return 0
+}
+
+func (x *FsckReply) GetChunksChecked() uint64 {
+	if x != nil {
+		return x.ChunksChecked
+	}
+	return 0
+}
+
+func (x *FsckReply) GetOstChunks() uint64 {
+	if x != nil {
+		return x.OstChunks
+	}
+	return 0
+}
+
+func (x *FsckReply) GetProblems() []*FsckProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *FsckReply) GetProblemCount() uint64 {
+	if x != nil {
+		return x.ProblemCount
+	}
+	return 0
+}
+
+func (x *FsckReply) GetFixed() uint64 {
+	if x != nil {
+		return x.Fixed
+	}
+	return 0
+}
+
+func (x *FsckReply) GetClean() bool {
+	if x != nil {
+		return x.Clean
+	}
+	return false
+}
+
+type GCRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GCRequest) Reset() {
+	*x = GCRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GCRequest) ProtoMessage() {}
+
+func (x *GCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
+func (*GCRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
+}
+
+type GCReply struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	QueuedExtents    uint64                 `protobuf:"varint,1,opt,name=queued_extents,json=queuedExtents,proto3" json:"queued_extents,omitempty"`    // still in the GC queue (not yet due or retrying)
+	PendingExtents   uint64                 `protobuf:"varint,2,opt,name=pending_extents,json=pendingExtents,proto3" json:"pending_extents,omitempty"` // allocations not yet committed
+	RetiringChunks   uint64                 `protobuf:"varint,3,opt,name=retiring_chunks,json=retiringChunks,proto3" json:"retiring_chunks,omitempty"` // old chunks of moves waiting for their grace
+	CollectedExtents uint64                 `protobuf:"varint,4,opt,name=collected_extents,json=collectedExtents,proto3" json:"collected_extents,omitempty"`
+	RetiredChunks    uint64                 `protobuf:"varint,5,opt,name=retired_chunks,json=retiredChunks,proto3" json:"retired_chunks,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GCReply) Reset() {
+	*x = GCReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GCReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GCReply) ProtoMessage() {}
+
+func (x *GCReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GCReply.ProtoReflect.Descriptor instead.
+func (*GCReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GCReply) GetQueuedExtents() uint64 {
+	if x != nil {
+		return x.QueuedExtents
+	}
+	return 0
+}
+
+func (x *GCReply) GetPendingExtents() uint64 {
+	if x != nil {
+		return x.PendingExtents
+	}
+	return 0
+}
+
+func (x *GCReply) GetRetiringChunks() uint64 {
+	if x != nil {
+		return x.RetiringChunks
+	}
+	return 0
+}
+
+func (x *GCReply) GetCollectedExtents() uint64 {
+	if x != nil {
+		return x.CollectedExtents
+	}
+	return 0
+}
+
+func (x *GCReply) GetRetiredChunks() uint64 {
+	if x != nil {
+		return x.RetiredChunks
+	}
+	return 0
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -3310,7 +4774,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12&\n" +
-	"\x04attr\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\"\xee\x01\n" +
+	"\x04attr\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\"\x84\x02\n" +
 	"\aOstInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -3322,10 +4786,13 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x11last_heartbeat_ns\x18\b \x01(\x03R\x0flastHeartbeatNs\x12\x0e\n" +
 	"\x02up\x18\t \x01(\bR\x02up\x12\x13\n" +
 	"\x05fs_id\x18\n" +
-	" \x01(\tR\x04fsId\"\a\n" +
-	"\x05Empty\"3\n" +
+	" \x01(\tR\x04fsId\x12\x14\n" +
+	"\x05state\x18\v \x01(\tR\x05state\"\a\n" +
+	"\x05Empty\"e\n" +
 	"\tAttrReply\x12&\n" +
-	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\";\n" +
+	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x16\n" +
+	"\x06handle\x18\x02 \x01(\x04R\x06handle\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\";\n" +
 	"\rLookupRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"\"\n" +
@@ -3339,7 +4806,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x19\n" +
 	"\batime_ns\x18\a \x01(\x03R\aatimeNs\x12\x19\n" +
-	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"\xbf\x01\n" +
+	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"\xe2\x01\n" +
 	"\rCreateRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x12\n" +
@@ -3347,7 +4814,8 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x1c\n" +
 	"\texclusive\x18\x06 \x01(\bR\texclusive\x12,\n" +
-	"\x06layout\x18\a \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\"x\n" +
+	"\x06layout\x18\a \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\x12!\n" +
+	"\fopen_session\x18\b \x01(\x04R\vopenSession\"x\n" +
 	"\x0eSymlinkRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x16\n" +
@@ -3453,12 +4921,15 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\"+\n" +
 	"\x0eKeepAliveReply\x12\x19\n" +
-	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"9\n" +
+	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"S\n" +
 	"\vOpenRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
-	"\x03ino\x18\x02 \x01(\x04R\x03ino\"#\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x18\n" +
+	"\aextents\x18\x03 \x01(\bR\aextents\"~\n" +
 	"\tOpenReply\x12\x16\n" +
-	"\x06handle\x18\x01 \x01(\x04R\x06handle\"B\n" +
+	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12&\n" +
+	"\x04attr\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x121\n" +
+	"\aextents\x18\x03 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\"B\n" +
 	"\x0eReleaseRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\"\x9c\x01\n" +
@@ -3477,7 +4948,126 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x122\n" +
 	"\bconflict\x18\x02 \x01(\v2\x16.shoal.mds.v1.FileLockR\bconflict\"B\n" +
 	"\fGetLockReply\x122\n" +
-	"\bconflict\x18\x01 \x01(\v2\x16.shoal.mds.v1.FileLockR\bconflict*\xd3\x01\n" +
+	"\bconflict\x18\x01 \x01(\v2\x16.shoal.mds.v1.FileLockR\bconflict\"V\n" +
+	"\n" +
+	"CloneRange\x12\x17\n" +
+	"\asrc_off\x18\x01 \x01(\x04R\x06srcOff\x12\x17\n" +
+	"\adst_off\x18\x02 \x01(\x04R\x06dstOff\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\"\x94\x01\n" +
+	"\x13CloneExtentsRequest\x12\x17\n" +
+	"\asrc_ino\x18\x01 \x01(\x04R\x06srcIno\x12\x17\n" +
+	"\adst_ino\x18\x02 \x01(\x04R\x06dstIno\x120\n" +
+	"\x06ranges\x18\x03 \x03(\v2\x18.shoal.mds.v1.CloneRangeR\x06ranges\x12\x19\n" +
+	"\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs\"x\n" +
+	"\x11CloneExtentsReply\x12&\n" +
+	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12!\n" +
+	"\fshared_bytes\x18\x02 \x01(\x04R\vsharedBytes\x12\x18\n" +
+	"\aentries\x18\x03 \x01(\rR\aentries\"R\n" +
+	"\x10SetLayoutRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12,\n" +
+	"\x06layout\x18\x02 \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\"P\n" +
+	"\x12SetOstStateRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\xa2\x01\n" +
+	"\x0fStartJobRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12#\n" +
+	"\rthreshold_pct\x18\x02 \x01(\x01R\fthresholdPct\x12#\n" +
+	"\rmax_bandwidth\x18\x03 \x01(\x04R\fmaxBandwidth\x12\x1d\n" +
+	"\n" +
+	"scrub_rate\x18\x04 \x01(\x04R\tscrubRate\x12\x12\n" +
+	"\x04osts\x18\x05 \x03(\rR\x04osts\" \n" +
+	"\n" +
+	"JobRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\"\xe8\x04\n" +
+	"\bAdminJob\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x125\n" +
+	"\x06params\x18\x03 \x01(\v2\x1d.shoal.mds.v1.StartJobRequestR\x06params\x12\x1d\n" +
+	"\n" +
+	"started_ns\x18\x04 \x01(\x03R\tstartedNs\x12\x1d\n" +
+	"\n" +
+	"updated_ns\x18\x05 \x01(\x03R\tupdatedNs\x12\x1f\n" +
+	"\vfinished_ns\x18\x06 \x01(\x03R\n" +
+	"finishedNs\x12%\n" +
+	"\x0eplanned_chunks\x18\a \x01(\x04R\rplannedChunks\x12#\n" +
+	"\rplanned_bytes\x18\b \x01(\x04R\fplannedBytes\x12\x1f\n" +
+	"\vdone_chunks\x18\t \x01(\x04R\n" +
+	"doneChunks\x12\x1d\n" +
+	"\n" +
+	"done_bytes\x18\n" +
+	" \x01(\x04R\tdoneBytes\x12#\n" +
+	"\rfailed_chunks\x18\v \x01(\x04R\ffailedChunks\x12\x16\n" +
+	"\x06passes\x18\f \x01(\rR\x06passes\x12\x14\n" +
+	"\x05error\x18\r \x01(\tR\x05error\x12!\n" +
+	"\flost_extents\x18\x0e \x01(\x04R\vlostExtents\x12'\n" +
+	"\x0fscrubbed_chunks\x18\x0f \x01(\x04R\x0escrubbedChunks\x12%\n" +
+	"\x0escrubbed_bytes\x18\x10 \x01(\x04R\rscrubbedBytes\x12#\n" +
+	"\rcorrupt_found\x18\x11 \x01(\x04R\fcorruptFound\x12%\n" +
+	"\x0eosts_scrubbing\x18\x12 \x01(\rR\rostsScrubbing\"s\n" +
+	"\tChunkMove\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\rR\x02to\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\"]\n" +
+	"\aOstLoad\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\x04R\x05after\x12\x16\n" +
+	"\x06chunks\x18\x04 \x01(\x04R\x06chunks\"\xec\x01\n" +
+	"\rRebalancePlan\x12)\n" +
+	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstLoadR\x04osts\x12\x14\n" +
+	"\x05moves\x18\x02 \x01(\x04R\x05moves\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12#\n" +
+	"\rimbalance_pct\x18\x04 \x01(\x01R\fimbalancePct\x12.\n" +
+	"\x13imbalance_after_pct\x18\x05 \x01(\x01R\x11imbalanceAfterPct\x12/\n" +
+	"\x06sample\x18\x06 \x03(\v2\x17.shoal.mds.v1.ChunkMoveR\x06sample\"\x91\x01\n" +
+	"\n" +
+	"MoveRecord\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\rR\x02to\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"started_ns\x18\x06 \x01(\x03R\tstartedNs\"\x83\x01\n" +
+	"\bBadChunk\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x10\n" +
+	"\x03ost\x18\x03 \x01(\rR\x03ost\x12\x1f\n" +
+	"\vreported_ns\x18\x04 \x01(\x03R\n" +
+	"reportedNs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"X\n" +
+	"\x14ReportCorruptRequest\x12\x10\n" +
+	"\x03ost\x18\x01 \x01(\rR\x03ost\x12.\n" +
+	"\x06chunks\x18\x02 \x03(\v2\x16.shoal.mds.v1.BadChunkR\x06chunks\"M\n" +
+	"\vFsckRequest\x12\x16\n" +
+	"\x06repair\x18\x01 \x01(\bR\x06repair\x12&\n" +
+	"\x0forphan_grace_ns\x18\x02 \x01(\x03R\rorphanGraceNs\"\x8f\x01\n" +
+	"\vFsckProblem\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06extent\x18\x02 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x10\n" +
+	"\x03ost\x18\x04 \x01(\rR\x03ost\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x14\n" +
+	"\x05fixed\x18\x06 \x01(\bR\x05fixed\"\xf3\x01\n" +
+	"\tFsckReply\x12\x18\n" +
+	"\aextents\x18\x01 \x01(\x04R\aextents\x12%\n" +
+	"\x0echunks_checked\x18\x02 \x01(\x04R\rchunksChecked\x12\x1d\n" +
+	"\n" +
+	"ost_chunks\x18\x03 \x01(\x04R\tostChunks\x125\n" +
+	"\bproblems\x18\x04 \x03(\v2\x19.shoal.mds.v1.FsckProblemR\bproblems\x12#\n" +
+	"\rproblem_count\x18\x05 \x01(\x04R\fproblemCount\x12\x14\n" +
+	"\x05fixed\x18\x06 \x01(\x04R\x05fixed\x12\x14\n" +
+	"\x05clean\x18\a \x01(\bR\x05clean\"\v\n" +
+	"\tGCRequest\"\xd6\x01\n" +
+	"\aGCReply\x12%\n" +
+	"\x0equeued_extents\x18\x01 \x01(\x04R\rqueuedExtents\x12'\n" +
+	"\x0fpending_extents\x18\x02 \x01(\x04R\x0ependingExtents\x12'\n" +
+	"\x0fretiring_chunks\x18\x03 \x01(\x04R\x0eretiringChunks\x12+\n" +
+	"\x11collected_extents\x18\x04 \x01(\x04R\x10collectedExtents\x12%\n" +
+	"\x0eretired_chunks\x18\x05 \x01(\x04R\rretiredChunks*\xd3\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -3506,7 +5096,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\x94\x10\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xf0\x15\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -3538,7 +5128,18 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04Open\x12\x19.shoal.mds.v1.OpenRequest\x1a\x17.shoal.mds.v1.OpenReply\x12<\n" +
 	"\aRelease\x12\x1c.shoal.mds.v1.ReleaseRequest\x1a\x13.shoal.mds.v1.Empty\x12@\n" +
 	"\aSetLock\x12\x19.shoal.mds.v1.LockRequest\x1a\x1a.shoal.mds.v1.SetLockReply\x12@\n" +
-	"\aGetLock\x12\x19.shoal.mds.v1.LockRequest\x1a\x1a.shoal.mds.v1.GetLockReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
+	"\aGetLock\x12\x19.shoal.mds.v1.LockRequest\x1a\x1a.shoal.mds.v1.GetLockReply\x120\n" +
+	"\x04Sync\x12\x13.shoal.mds.v1.Empty\x1a\x13.shoal.mds.v1.Empty\x12R\n" +
+	"\fCloneExtents\x12!.shoal.mds.v1.CloneExtentsRequest\x1a\x1f.shoal.mds.v1.CloneExtentsReply\x12D\n" +
+	"\tSetLayout\x12\x1e.shoal.mds.v1.SetLayoutRequest\x1a\x17.shoal.mds.v1.AttrReply\x12F\n" +
+	"\vSetOstState\x12 .shoal.mds.v1.SetOstStateRequest\x1a\x15.shoal.mds.v1.OstInfo\x12A\n" +
+	"\bStartJob\x12\x1d.shoal.mds.v1.StartJobRequest\x1a\x16.shoal.mds.v1.AdminJob\x12;\n" +
+	"\aStopJob\x12\x18.shoal.mds.v1.JobRequest\x1a\x16.shoal.mds.v1.AdminJob\x12:\n" +
+	"\x06GetJob\x12\x18.shoal.mds.v1.JobRequest\x1a\x16.shoal.mds.v1.AdminJob\x12K\n" +
+	"\rPlanRebalance\x12\x1d.shoal.mds.v1.StartJobRequest\x1a\x1b.shoal.mds.v1.RebalancePlan\x12:\n" +
+	"\x04Fsck\x12\x19.shoal.mds.v1.FsckRequest\x1a\x17.shoal.mds.v1.FsckReply\x127\n" +
+	"\x05RunGC\x12\x17.shoal.mds.v1.GCRequest\x1a\x15.shoal.mds.v1.GCReply\x12H\n" +
+	"\rReportCorrupt\x12\".shoal.mds.v1.ReportCorruptRequest\x1a\x13.shoal.mds.v1.EmptyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
 var (
 	file_mds_mdspb_mds_proto_rawDescOnce sync.Once
@@ -3553,7 +5154,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(SetAttrBits)(0),             // 0: shoal.mds.v1.SetAttrBits
 	(RenameFlags)(0),             // 1: shoal.mds.v1.RenameFlags
@@ -3610,6 +5211,25 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*LockRequest)(nil),          // 52: shoal.mds.v1.LockRequest
 	(*SetLockReply)(nil),         // 53: shoal.mds.v1.SetLockReply
 	(*GetLockReply)(nil),         // 54: shoal.mds.v1.GetLockReply
+	(*CloneRange)(nil),           // 55: shoal.mds.v1.CloneRange
+	(*CloneExtentsRequest)(nil),  // 56: shoal.mds.v1.CloneExtentsRequest
+	(*CloneExtentsReply)(nil),    // 57: shoal.mds.v1.CloneExtentsReply
+	(*SetLayoutRequest)(nil),     // 58: shoal.mds.v1.SetLayoutRequest
+	(*SetOstStateRequest)(nil),   // 59: shoal.mds.v1.SetOstStateRequest
+	(*StartJobRequest)(nil),      // 60: shoal.mds.v1.StartJobRequest
+	(*JobRequest)(nil),           // 61: shoal.mds.v1.JobRequest
+	(*AdminJob)(nil),             // 62: shoal.mds.v1.AdminJob
+	(*ChunkMove)(nil),            // 63: shoal.mds.v1.ChunkMove
+	(*OstLoad)(nil),              // 64: shoal.mds.v1.OstLoad
+	(*RebalancePlan)(nil),        // 65: shoal.mds.v1.RebalancePlan
+	(*MoveRecord)(nil),           // 66: shoal.mds.v1.MoveRecord
+	(*BadChunk)(nil),             // 67: shoal.mds.v1.BadChunk
+	(*ReportCorruptRequest)(nil), // 68: shoal.mds.v1.ReportCorruptRequest
+	(*FsckRequest)(nil),          // 69: shoal.mds.v1.FsckRequest
+	(*FsckProblem)(nil),          // 70: shoal.mds.v1.FsckProblem
+	(*FsckReply)(nil),            // 71: shoal.mds.v1.FsckReply
+	(*GCRequest)(nil),            // 72: shoal.mds.v1.GCRequest
+	(*GCReply)(nil),              // 73: shoal.mds.v1.GCReply
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	5,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
@@ -3626,76 +5246,108 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	8,  // 11: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
 	9,  // 12: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
 	11, // 13: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	3,  // 14: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	4,  // 15: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	51, // 16: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	51, // 17: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	51, // 18: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	14, // 19: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	15, // 20: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	16, // 21: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	17, // 22: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	17, // 23: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	18, // 24: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	15, // 25: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	20, // 26: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	21, // 27: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	21, // 28: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 29: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	24, // 30: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	26, // 31: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	28, // 32: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	30, // 33: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	32, // 34: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	33, // 35: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	35, // 36: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	36, // 37: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	38, // 38: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	39, // 39: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	41, // 40: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	43, // 41: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	44, // 42: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	46, // 43: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	46, // 44: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	48, // 45: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	50, // 46: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	52, // 47: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	52, // 48: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	13, // 49: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	13, // 50: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 51: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 52: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	13, // 53: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	13, // 54: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	19, // 55: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	13, // 56: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	22, // 57: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	12, // 58: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	12, // 59: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	25, // 60: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	27, // 61: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	29, // 62: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	31, // 63: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	13, // 64: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	34, // 65: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	12, // 66: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	37, // 67: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	13, // 68: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	40, // 69: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	42, // 70: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	13, // 71: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	45, // 72: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	47, // 73: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	12, // 74: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	49, // 75: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	12, // 76: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	53, // 77: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	54, // 78: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	49, // [49:79] is the sub-list for method output_type
-	19, // [19:49] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	6,  // 14: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
+	9,  // 15: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	3,  // 16: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	4,  // 17: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	51, // 18: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	51, // 19: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	51, // 20: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	55, // 21: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	6,  // 22: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	5,  // 23: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
+	60, // 24: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	64, // 25: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	63, // 26: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	67, // 27: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	70, // 28: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	14, // 29: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	15, // 30: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	16, // 31: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	17, // 32: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	17, // 33: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	18, // 34: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	15, // 35: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	20, // 36: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	21, // 37: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	21, // 38: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 39: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	24, // 40: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	26, // 41: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	28, // 42: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	30, // 43: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	32, // 44: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	33, // 45: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	35, // 46: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	36, // 47: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	38, // 48: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	39, // 49: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	41, // 50: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	43, // 51: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	44, // 52: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	46, // 53: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	46, // 54: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	48, // 55: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	50, // 56: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	52, // 57: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	52, // 58: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	12, // 59: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	56, // 60: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	58, // 61: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	59, // 62: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	60, // 63: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	61, // 64: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	61, // 65: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	60, // 66: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	69, // 67: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	72, // 68: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	68, // 69: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	13, // 70: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	13, // 71: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 72: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 73: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	13, // 74: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	13, // 75: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	19, // 76: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	13, // 77: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	22, // 78: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	12, // 79: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	12, // 80: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	25, // 81: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	27, // 82: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	29, // 83: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	31, // 84: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	13, // 85: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	34, // 86: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	12, // 87: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	37, // 88: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	13, // 89: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	40, // 90: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	42, // 91: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	13, // 92: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	45, // 93: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	47, // 94: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	12, // 95: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	49, // 96: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	12, // 97: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	53, // 98: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	54, // 99: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	12, // 100: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	57, // 101: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	13, // 102: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	11, // 103: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	62, // 104: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	62, // 105: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	62, // 106: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 107: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	71, // 108: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	73, // 109: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	12, // 110: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	70, // [70:111] is the sub-list for method output_type
+	29, // [29:70] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -3709,7 +5361,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   50,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

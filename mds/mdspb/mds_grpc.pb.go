@@ -52,6 +52,17 @@ const (
 	Mds_Release_FullMethodName       = "/shoal.mds.v1.Mds/Release"
 	Mds_SetLock_FullMethodName       = "/shoal.mds.v1.Mds/SetLock"
 	Mds_GetLock_FullMethodName       = "/shoal.mds.v1.Mds/GetLock"
+	Mds_Sync_FullMethodName          = "/shoal.mds.v1.Mds/Sync"
+	Mds_CloneExtents_FullMethodName  = "/shoal.mds.v1.Mds/CloneExtents"
+	Mds_SetLayout_FullMethodName     = "/shoal.mds.v1.Mds/SetLayout"
+	Mds_SetOstState_FullMethodName   = "/shoal.mds.v1.Mds/SetOstState"
+	Mds_StartJob_FullMethodName      = "/shoal.mds.v1.Mds/StartJob"
+	Mds_StopJob_FullMethodName       = "/shoal.mds.v1.Mds/StopJob"
+	Mds_GetJob_FullMethodName        = "/shoal.mds.v1.Mds/GetJob"
+	Mds_PlanRebalance_FullMethodName = "/shoal.mds.v1.Mds/PlanRebalance"
+	Mds_Fsck_FullMethodName          = "/shoal.mds.v1.Mds/Fsck"
+	Mds_RunGC_FullMethodName         = "/shoal.mds.v1.Mds/RunGC"
+	Mds_ReportCorrupt_FullMethodName = "/shoal.mds.v1.Mds/ReportCorrupt"
 )
 
 // MdsClient is the client API for Mds service.
@@ -90,6 +101,21 @@ type MdsClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Empty, error)
 	SetLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*SetLockReply, error)
 	GetLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*GetLockReply, error)
+	// Sync returns once every namespace change acknowledged early (the
+	// shoal-commit: early call metadata) is durable: fsync of a directory.
+	Sync(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error)
+	// clones (messages at the end of the file)
+	CloneExtents(ctx context.Context, in *CloneExtentsRequest, opts ...grpc.CallOption) (*CloneExtentsReply, error)
+	// Administration (`shoal admin`, docs/admin.md; messages at the end of the file)
+	SetLayout(ctx context.Context, in *SetLayoutRequest, opts ...grpc.CallOption) (*AttrReply, error)
+	SetOstState(ctx context.Context, in *SetOstStateRequest, opts ...grpc.CallOption) (*OstInfo, error)
+	StartJob(ctx context.Context, in *StartJobRequest, opts ...grpc.CallOption) (*AdminJob, error)
+	StopJob(ctx context.Context, in *JobRequest, opts ...grpc.CallOption) (*AdminJob, error)
+	GetJob(ctx context.Context, in *JobRequest, opts ...grpc.CallOption) (*AdminJob, error)
+	PlanRebalance(ctx context.Context, in *StartJobRequest, opts ...grpc.CallOption) (*RebalancePlan, error)
+	Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckReply, error)
+	RunGC(ctx context.Context, in *GCRequest, opts ...grpc.CallOption) (*GCReply, error)
+	ReportCorrupt(ctx context.Context, in *ReportCorruptRequest, opts ...grpc.CallOption) (*Empty, error)
 }
 
 type mdsClient struct {
@@ -400,6 +426,116 @@ func (c *mdsClient) GetLock(ctx context.Context, in *LockRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *mdsClient) Sync(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Mds_Sync_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) CloneExtents(ctx context.Context, in *CloneExtentsRequest, opts ...grpc.CallOption) (*CloneExtentsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloneExtentsReply)
+	err := c.cc.Invoke(ctx, Mds_CloneExtents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) SetLayout(ctx context.Context, in *SetLayoutRequest, opts ...grpc.CallOption) (*AttrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttrReply)
+	err := c.cc.Invoke(ctx, Mds_SetLayout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) SetOstState(ctx context.Context, in *SetOstStateRequest, opts ...grpc.CallOption) (*OstInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OstInfo)
+	err := c.cc.Invoke(ctx, Mds_SetOstState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) StartJob(ctx context.Context, in *StartJobRequest, opts ...grpc.CallOption) (*AdminJob, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdminJob)
+	err := c.cc.Invoke(ctx, Mds_StartJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) StopJob(ctx context.Context, in *JobRequest, opts ...grpc.CallOption) (*AdminJob, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdminJob)
+	err := c.cc.Invoke(ctx, Mds_StopJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) GetJob(ctx context.Context, in *JobRequest, opts ...grpc.CallOption) (*AdminJob, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdminJob)
+	err := c.cc.Invoke(ctx, Mds_GetJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) PlanRebalance(ctx context.Context, in *StartJobRequest, opts ...grpc.CallOption) (*RebalancePlan, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalancePlan)
+	err := c.cc.Invoke(ctx, Mds_PlanRebalance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FsckReply)
+	err := c.cc.Invoke(ctx, Mds_Fsck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) RunGC(ctx context.Context, in *GCRequest, opts ...grpc.CallOption) (*GCReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GCReply)
+	err := c.cc.Invoke(ctx, Mds_RunGC_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) ReportCorrupt(ctx context.Context, in *ReportCorruptRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Mds_ReportCorrupt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MdsServer is the server API for Mds service.
 // All implementations must embed UnimplementedMdsServer
 // for forward compatibility.
@@ -436,6 +572,21 @@ type MdsServer interface {
 	Release(context.Context, *ReleaseRequest) (*Empty, error)
 	SetLock(context.Context, *LockRequest) (*SetLockReply, error)
 	GetLock(context.Context, *LockRequest) (*GetLockReply, error)
+	// Sync returns once every namespace change acknowledged early (the
+	// shoal-commit: early call metadata) is durable: fsync of a directory.
+	Sync(context.Context, *Empty) (*Empty, error)
+	// clones (messages at the end of the file)
+	CloneExtents(context.Context, *CloneExtentsRequest) (*CloneExtentsReply, error)
+	// Administration (`shoal admin`, docs/admin.md; messages at the end of the file)
+	SetLayout(context.Context, *SetLayoutRequest) (*AttrReply, error)
+	SetOstState(context.Context, *SetOstStateRequest) (*OstInfo, error)
+	StartJob(context.Context, *StartJobRequest) (*AdminJob, error)
+	StopJob(context.Context, *JobRequest) (*AdminJob, error)
+	GetJob(context.Context, *JobRequest) (*AdminJob, error)
+	PlanRebalance(context.Context, *StartJobRequest) (*RebalancePlan, error)
+	Fsck(context.Context, *FsckRequest) (*FsckReply, error)
+	RunGC(context.Context, *GCRequest) (*GCReply, error)
+	ReportCorrupt(context.Context, *ReportCorruptRequest) (*Empty, error)
 	mustEmbedUnimplementedMdsServer()
 }
 
@@ -535,6 +686,39 @@ func (UnimplementedMdsServer) SetLock(context.Context, *LockRequest) (*SetLockRe
 }
 func (UnimplementedMdsServer) GetLock(context.Context, *LockRequest) (*GetLockReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLock not implemented")
+}
+func (UnimplementedMdsServer) Sync(context.Context, *Empty) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method Sync not implemented")
+}
+func (UnimplementedMdsServer) CloneExtents(context.Context, *CloneExtentsRequest) (*CloneExtentsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloneExtents not implemented")
+}
+func (UnimplementedMdsServer) SetLayout(context.Context, *SetLayoutRequest) (*AttrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLayout not implemented")
+}
+func (UnimplementedMdsServer) SetOstState(context.Context, *SetOstStateRequest) (*OstInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetOstState not implemented")
+}
+func (UnimplementedMdsServer) StartJob(context.Context, *StartJobRequest) (*AdminJob, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartJob not implemented")
+}
+func (UnimplementedMdsServer) StopJob(context.Context, *JobRequest) (*AdminJob, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopJob not implemented")
+}
+func (UnimplementedMdsServer) GetJob(context.Context, *JobRequest) (*AdminJob, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
+}
+func (UnimplementedMdsServer) PlanRebalance(context.Context, *StartJobRequest) (*RebalancePlan, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanRebalance not implemented")
+}
+func (UnimplementedMdsServer) Fsck(context.Context, *FsckRequest) (*FsckReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fsck not implemented")
+}
+func (UnimplementedMdsServer) RunGC(context.Context, *GCRequest) (*GCReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunGC not implemented")
+}
+func (UnimplementedMdsServer) ReportCorrupt(context.Context, *ReportCorruptRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportCorrupt not implemented")
 }
 func (UnimplementedMdsServer) mustEmbedUnimplementedMdsServer() {}
 func (UnimplementedMdsServer) testEmbeddedByValue()             {}
@@ -1097,6 +1281,204 @@ func _Mds_GetLock_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_Sync_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).Sync(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_Sync_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).Sync(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_CloneExtents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloneExtentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).CloneExtents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_CloneExtents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).CloneExtents(ctx, req.(*CloneExtentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_SetLayout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLayoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).SetLayout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_SetLayout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).SetLayout(ctx, req.(*SetLayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_SetOstState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetOstStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).SetOstState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_SetOstState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).SetOstState(ctx, req.(*SetOstStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_StartJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).StartJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_StartJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).StartJob(ctx, req.(*StartJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_StopJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).StopJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_StopJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).StopJob(ctx, req.(*JobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_GetJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).GetJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_GetJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).GetJob(ctx, req.(*JobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_PlanRebalance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).PlanRebalance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_PlanRebalance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).PlanRebalance(ctx, req.(*StartJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_Fsck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FsckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).Fsck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_Fsck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).Fsck(ctx, req.(*FsckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_RunGC_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GCRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).RunGC(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_RunGC_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).RunGC(ctx, req.(*GCRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_ReportCorrupt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportCorruptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).ReportCorrupt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_ReportCorrupt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).ReportCorrupt(ctx, req.(*ReportCorruptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mds_ServiceDesc is the grpc.ServiceDesc for Mds service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1223,6 +1605,50 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLock",
 			Handler:    _Mds_GetLock_Handler,
+		},
+		{
+			MethodName: "Sync",
+			Handler:    _Mds_Sync_Handler,
+		},
+		{
+			MethodName: "CloneExtents",
+			Handler:    _Mds_CloneExtents_Handler,
+		},
+		{
+			MethodName: "SetLayout",
+			Handler:    _Mds_SetLayout_Handler,
+		},
+		{
+			MethodName: "SetOstState",
+			Handler:    _Mds_SetOstState_Handler,
+		},
+		{
+			MethodName: "StartJob",
+			Handler:    _Mds_StartJob_Handler,
+		},
+		{
+			MethodName: "StopJob",
+			Handler:    _Mds_StopJob_Handler,
+		},
+		{
+			MethodName: "GetJob",
+			Handler:    _Mds_GetJob_Handler,
+		},
+		{
+			MethodName: "PlanRebalance",
+			Handler:    _Mds_PlanRebalance_Handler,
+		},
+		{
+			MethodName: "Fsck",
+			Handler:    _Mds_Fsck_Handler,
+		},
+		{
+			MethodName: "RunGC",
+			Handler:    _Mds_RunGC_Handler,
+		},
+		{
+			MethodName: "ReportCorrupt",
+			Handler:    _Mds_ReportCorrupt_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

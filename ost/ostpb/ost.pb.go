@@ -486,14 +486,18 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type InfoReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Uuid          string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	Capacity      uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Free          uint64                 `protobuf:"varint,4,opt,name=free,proto3" json:"free,omitempty"`
-	Used          uint64                 `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
-	Chunks        uint64                 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
-	FsId          string                 `protobuf:"bytes,7,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Uuid     string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Capacity uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Free     uint64                 `protobuf:"varint,4,opt,name=free,proto3" json:"free,omitempty"`
+	Used     uint64                 `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
+	Chunks   uint64                 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	FsId     string                 `protobuf:"bytes,7,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"`
+	// data_addr is the host:port of the OST's bulk data path (framed TCP,
+	// internal/datanet) for chunk reads and writes; empty when the OST serves
+	// chunk I/O over gRPC only.
+	DataAddr      string `protobuf:"bytes,8,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -577,6 +581,334 @@ func (x *InfoReply) GetFsId() string {
 	return ""
 }
 
+func (x *InfoReply) GetDataAddr() string {
+	if x != nil {
+		return x.DataAddr
+	}
+	return ""
+}
+
+// ListChunksRequest lists the sealed chunks in id order (extent, then
+// index), starting after `after` (absent: from the first), at most limit
+// (0: 10,000) per call.
+type ListChunksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	After         *ChunkId               `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChunksRequest) Reset() {
+	*x = ListChunksRequest{}
+	mi := &file_ost_ostpb_ost_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChunksRequest) ProtoMessage() {}
+
+func (x *ListChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ost_ostpb_ost_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChunksRequest.ProtoReflect.Descriptor instead.
+func (*ListChunksRequest) Descriptor() ([]byte, []int) {
+	return file_ost_ostpb_ost_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListChunksRequest) GetAfter() *ChunkId {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *ListChunksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ChunkStat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *ChunkId               `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Length        uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,3,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkStat) Reset() {
+	*x = ChunkStat{}
+	mi := &file_ost_ostpb_ost_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkStat) ProtoMessage() {}
+
+func (x *ChunkStat) ProtoReflect() protoreflect.Message {
+	mi := &file_ost_ostpb_ost_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkStat.ProtoReflect.Descriptor instead.
+func (*ChunkStat) Descriptor() ([]byte, []int) {
+	return file_ost_ostpb_ost_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ChunkStat) GetId() *ChunkId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *ChunkStat) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ChunkStat) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+type ListChunksReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunks        []*ChunkStat           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	Eof           bool                   `protobuf:"varint,2,opt,name=eof,proto3" json:"eof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChunksReply) Reset() {
+	*x = ListChunksReply{}
+	mi := &file_ost_ostpb_ost_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChunksReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChunksReply) ProtoMessage() {}
+
+func (x *ListChunksReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ost_ostpb_ost_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChunksReply.ProtoReflect.Descriptor instead.
+func (*ListChunksReply) Descriptor() ([]byte, []int) {
+	return file_ost_ostpb_ost_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListChunksReply) GetChunks() []*ChunkStat {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *ListChunksReply) GetEof() bool {
+	if x != nil {
+		return x.Eof
+	}
+	return false
+}
+
+// ScrubRequest starts a full pass of the scrubber now (start), at rate
+// bytes/s (0: the OST's default) for this pass, or only reports its status.
+type ScrubRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         bool                   `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	Rate          uint64                 `protobuf:"varint,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubRequest) Reset() {
+	*x = ScrubRequest{}
+	mi := &file_ost_ostpb_ost_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubRequest) ProtoMessage() {}
+
+func (x *ScrubRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ost_ostpb_ost_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubRequest.ProtoReflect.Descriptor instead.
+func (*ScrubRequest) Descriptor() ([]byte, []int) {
+	return file_ost_ostpb_ost_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ScrubRequest) GetStart() bool {
+	if x != nil {
+		return x.Start
+	}
+	return false
+}
+
+func (x *ScrubRequest) GetRate() uint64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+type ScrubStatus struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Running           bool                   `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`                                  // an admin-triggered pass is in progress
+	Pass              uint64                 `protobuf:"varint,2,opt,name=pass,proto3" json:"pass,omitempty"`                                        // admin passes finished since the OST started
+	ChunksChecked     uint64                 `protobuf:"varint,3,opt,name=chunks_checked,json=chunksChecked,proto3" json:"chunks_checked,omitempty"` // in the current (or last) admin pass
+	BytesChecked      uint64                 `protobuf:"varint,4,opt,name=bytes_checked,json=bytesChecked,proto3" json:"bytes_checked,omitempty"`
+	Corrupt           uint64                 `protobuf:"varint,5,opt,name=corrupt,proto3" json:"corrupt,omitempty"`                                           // bad chunks found in it
+	TotalChunks       uint64                 `protobuf:"varint,6,opt,name=total_chunks,json=totalChunks,proto3" json:"total_chunks,omitempty"`                // chunks when the pass started
+	BackgroundChunks  uint64                 `protobuf:"varint,7,opt,name=background_chunks,json=backgroundChunks,proto3" json:"background_chunks,omitempty"` // checked by the continuous scrubber since start
+	BackgroundCorrupt uint64                 `protobuf:"varint,8,opt,name=background_corrupt,json=backgroundCorrupt,proto3" json:"background_corrupt,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ScrubStatus) Reset() {
+	*x = ScrubStatus{}
+	mi := &file_ost_ostpb_ost_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubStatus) ProtoMessage() {}
+
+func (x *ScrubStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ost_ostpb_ost_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubStatus.ProtoReflect.Descriptor instead.
+func (*ScrubStatus) Descriptor() ([]byte, []int) {
+	return file_ost_ostpb_ost_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ScrubStatus) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *ScrubStatus) GetPass() uint64 {
+	if x != nil {
+		return x.Pass
+	}
+	return 0
+}
+
+func (x *ScrubStatus) GetChunksChecked() uint64 {
+	if x != nil {
+		return x.ChunksChecked
+	}
+	return 0
+}
+
+func (x *ScrubStatus) GetBytesChecked() uint64 {
+	if x != nil {
+		return x.BytesChecked
+	}
+	return 0
+}
+
+func (x *ScrubStatus) GetCorrupt() uint64 {
+	if x != nil {
+		return x.Corrupt
+	}
+	return 0
+}
+
+func (x *ScrubStatus) GetTotalChunks() uint64 {
+	if x != nil {
+		return x.TotalChunks
+	}
+	return 0
+}
+
+func (x *ScrubStatus) GetBackgroundChunks() uint64 {
+	if x != nil {
+		return x.BackgroundChunks
+	}
+	return 0
+}
+
+func (x *ScrubStatus) GetBackgroundCorrupt() uint64 {
+	if x != nil {
+		return x.BackgroundCorrupt
+	}
+	return 0
+}
+
 var File_ost_ostpb_ost_proto protoreflect.FileDescriptor
 
 const file_ost_ostpb_ost_proto_rawDesc = "" +
@@ -603,7 +935,7 @@ const file_ost_ostpb_ost_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\v2\x15.shoal.ost.v1.ChunkIdR\x02id\"(\n" +
 	"\x0eStatChunkReply\x12\x16\n" +
 	"\x06length\x18\x01 \x01(\x04R\x06length\"\r\n" +
-	"\vInfoRequest\"\xa0\x01\n" +
+	"\vInfoRequest\"\xbd\x01\n" +
 	"\tInfoReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1a\n" +
@@ -611,14 +943,40 @@ const file_ost_ostpb_ost_proto_rawDesc = "" +
 	"\x04free\x18\x04 \x01(\x04R\x04free\x12\x12\n" +
 	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x16\n" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12\x13\n" +
-	"\x05fs_id\x18\a \x01(\tR\x04fsId2\xf9\x02\n" +
+	"\x05fs_id\x18\a \x01(\tR\x04fsId\x12\x1b\n" +
+	"\tdata_addr\x18\b \x01(\tR\bdataAddr\"V\n" +
+	"\x11ListChunksRequest\x12+\n" +
+	"\x05after\x18\x01 \x01(\v2\x15.shoal.ost.v1.ChunkIdR\x05after\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"e\n" +
+	"\tChunkStat\x12%\n" +
+	"\x02id\x18\x01 \x01(\v2\x15.shoal.ost.v1.ChunkIdR\x02id\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x19\n" +
+	"\bmtime_ns\x18\x03 \x01(\x03R\amtimeNs\"T\n" +
+	"\x0fListChunksReply\x12/\n" +
+	"\x06chunks\x18\x01 \x03(\v2\x17.shoal.ost.v1.ChunkStatR\x06chunks\x12\x10\n" +
+	"\x03eof\x18\x02 \x01(\bR\x03eof\"8\n" +
+	"\fScrubRequest\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\bR\x05start\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x04R\x04rate\"\xa0\x02\n" +
+	"\vScrubStatus\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\x12\x12\n" +
+	"\x04pass\x18\x02 \x01(\x04R\x04pass\x12%\n" +
+	"\x0echunks_checked\x18\x03 \x01(\x04R\rchunksChecked\x12#\n" +
+	"\rbytes_checked\x18\x04 \x01(\x04R\fbytesChecked\x12\x18\n" +
+	"\acorrupt\x18\x05 \x01(\x04R\acorrupt\x12!\n" +
+	"\ftotal_chunks\x18\x06 \x01(\x04R\vtotalChunks\x12+\n" +
+	"\x11background_chunks\x18\a \x01(\x04R\x10backgroundChunks\x12-\n" +
+	"\x12background_corrupt\x18\b \x01(\x04R\x11backgroundCorrupt2\x87\x04\n" +
 	"\x03Ost\x12L\n" +
 	"\n" +
 	"WriteChunk\x12\x1f.shoal.ost.v1.WriteChunkRequest\x1a\x1d.shoal.ost.v1.WriteChunkReply\x12I\n" +
 	"\tReadChunk\x12\x1e.shoal.ost.v1.ReadChunkRequest\x1a\x1c.shoal.ost.v1.ReadChunkReply\x12R\n" +
 	"\fDeleteChunks\x12!.shoal.ost.v1.DeleteChunksRequest\x1a\x1f.shoal.ost.v1.DeleteChunksReply\x12I\n" +
 	"\tStatChunk\x12\x1e.shoal.ost.v1.StatChunkRequest\x1a\x1c.shoal.ost.v1.StatChunkReply\x12:\n" +
-	"\x04Info\x12\x19.shoal.ost.v1.InfoRequest\x1a\x17.shoal.ost.v1.InfoReplyB$Z\"github.com/shoalfs/shoal/ost/ostpbb\x06proto3"
+	"\x04Info\x12\x19.shoal.ost.v1.InfoRequest\x1a\x17.shoal.ost.v1.InfoReply\x12L\n" +
+	"\n" +
+	"ListChunks\x12\x1f.shoal.ost.v1.ListChunksRequest\x1a\x1d.shoal.ost.v1.ListChunksReply\x12>\n" +
+	"\x05Scrub\x12\x1a.shoal.ost.v1.ScrubRequest\x1a\x19.shoal.ost.v1.ScrubStatusB$Z\"github.com/shoalfs/shoal/ost/ostpbb\x06proto3"
 
 var (
 	file_ost_ostpb_ost_proto_rawDescOnce sync.Once
@@ -632,7 +990,7 @@ func file_ost_ostpb_ost_proto_rawDescGZIP() []byte {
 	return file_ost_ostpb_ost_proto_rawDescData
 }
 
-var file_ost_ostpb_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_ost_ostpb_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ost_ostpb_ost_proto_goTypes = []any{
 	(*ChunkId)(nil),             // 0: shoal.ost.v1.ChunkId
 	(*WriteChunkRequest)(nil),   // 1: shoal.ost.v1.WriteChunkRequest
@@ -645,27 +1003,39 @@ var file_ost_ostpb_ost_proto_goTypes = []any{
 	(*StatChunkReply)(nil),      // 8: shoal.ost.v1.StatChunkReply
 	(*InfoRequest)(nil),         // 9: shoal.ost.v1.InfoRequest
 	(*InfoReply)(nil),           // 10: shoal.ost.v1.InfoReply
+	(*ListChunksRequest)(nil),   // 11: shoal.ost.v1.ListChunksRequest
+	(*ChunkStat)(nil),           // 12: shoal.ost.v1.ChunkStat
+	(*ListChunksReply)(nil),     // 13: shoal.ost.v1.ListChunksReply
+	(*ScrubRequest)(nil),        // 14: shoal.ost.v1.ScrubRequest
+	(*ScrubStatus)(nil),         // 15: shoal.ost.v1.ScrubStatus
 }
 var file_ost_ostpb_ost_proto_depIdxs = []int32{
 	0,  // 0: shoal.ost.v1.WriteChunkRequest.id:type_name -> shoal.ost.v1.ChunkId
 	0,  // 1: shoal.ost.v1.ReadChunkRequest.id:type_name -> shoal.ost.v1.ChunkId
 	0,  // 2: shoal.ost.v1.DeleteChunksRequest.ids:type_name -> shoal.ost.v1.ChunkId
 	0,  // 3: shoal.ost.v1.StatChunkRequest.id:type_name -> shoal.ost.v1.ChunkId
-	1,  // 4: shoal.ost.v1.Ost.WriteChunk:input_type -> shoal.ost.v1.WriteChunkRequest
-	3,  // 5: shoal.ost.v1.Ost.ReadChunk:input_type -> shoal.ost.v1.ReadChunkRequest
-	5,  // 6: shoal.ost.v1.Ost.DeleteChunks:input_type -> shoal.ost.v1.DeleteChunksRequest
-	7,  // 7: shoal.ost.v1.Ost.StatChunk:input_type -> shoal.ost.v1.StatChunkRequest
-	9,  // 8: shoal.ost.v1.Ost.Info:input_type -> shoal.ost.v1.InfoRequest
-	2,  // 9: shoal.ost.v1.Ost.WriteChunk:output_type -> shoal.ost.v1.WriteChunkReply
-	4,  // 10: shoal.ost.v1.Ost.ReadChunk:output_type -> shoal.ost.v1.ReadChunkReply
-	6,  // 11: shoal.ost.v1.Ost.DeleteChunks:output_type -> shoal.ost.v1.DeleteChunksReply
-	8,  // 12: shoal.ost.v1.Ost.StatChunk:output_type -> shoal.ost.v1.StatChunkReply
-	10, // 13: shoal.ost.v1.Ost.Info:output_type -> shoal.ost.v1.InfoReply
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	0,  // 4: shoal.ost.v1.ListChunksRequest.after:type_name -> shoal.ost.v1.ChunkId
+	0,  // 5: shoal.ost.v1.ChunkStat.id:type_name -> shoal.ost.v1.ChunkId
+	12, // 6: shoal.ost.v1.ListChunksReply.chunks:type_name -> shoal.ost.v1.ChunkStat
+	1,  // 7: shoal.ost.v1.Ost.WriteChunk:input_type -> shoal.ost.v1.WriteChunkRequest
+	3,  // 8: shoal.ost.v1.Ost.ReadChunk:input_type -> shoal.ost.v1.ReadChunkRequest
+	5,  // 9: shoal.ost.v1.Ost.DeleteChunks:input_type -> shoal.ost.v1.DeleteChunksRequest
+	7,  // 10: shoal.ost.v1.Ost.StatChunk:input_type -> shoal.ost.v1.StatChunkRequest
+	9,  // 11: shoal.ost.v1.Ost.Info:input_type -> shoal.ost.v1.InfoRequest
+	11, // 12: shoal.ost.v1.Ost.ListChunks:input_type -> shoal.ost.v1.ListChunksRequest
+	14, // 13: shoal.ost.v1.Ost.Scrub:input_type -> shoal.ost.v1.ScrubRequest
+	2,  // 14: shoal.ost.v1.Ost.WriteChunk:output_type -> shoal.ost.v1.WriteChunkReply
+	4,  // 15: shoal.ost.v1.Ost.ReadChunk:output_type -> shoal.ost.v1.ReadChunkReply
+	6,  // 16: shoal.ost.v1.Ost.DeleteChunks:output_type -> shoal.ost.v1.DeleteChunksReply
+	8,  // 17: shoal.ost.v1.Ost.StatChunk:output_type -> shoal.ost.v1.StatChunkReply
+	10, // 18: shoal.ost.v1.Ost.Info:output_type -> shoal.ost.v1.InfoReply
+	13, // 19: shoal.ost.v1.Ost.ListChunks:output_type -> shoal.ost.v1.ListChunksReply
+	15, // 20: shoal.ost.v1.Ost.Scrub:output_type -> shoal.ost.v1.ScrubStatus
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_ost_ostpb_ost_proto_init() }
@@ -679,7 +1049,7 @@ func file_ost_ostpb_ost_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ost_ostpb_ost_proto_rawDesc), len(file_ost_ostpb_ost_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

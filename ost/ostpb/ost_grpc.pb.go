@@ -26,6 +26,8 @@ const (
 	Ost_DeleteChunks_FullMethodName = "/shoal.ost.v1.Ost/DeleteChunks"
 	Ost_StatChunk_FullMethodName    = "/shoal.ost.v1.Ost/StatChunk"
 	Ost_Info_FullMethodName         = "/shoal.ost.v1.Ost/Info"
+	Ost_ListChunks_FullMethodName   = "/shoal.ost.v1.Ost/ListChunks"
+	Ost_Scrub_FullMethodName        = "/shoal.ost.v1.Ost/Scrub"
 )
 
 // OstClient is the client API for Ost service.
@@ -37,6 +39,9 @@ type OstClient interface {
 	DeleteChunks(ctx context.Context, in *DeleteChunksRequest, opts ...grpc.CallOption) (*DeleteChunksReply, error)
 	StatChunk(ctx context.Context, in *StatChunkRequest, opts ...grpc.CallOption) (*StatChunkReply, error)
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoReply, error)
+	// Administration (docs/admin.md; messages at the end of the file)
+	ListChunks(ctx context.Context, in *ListChunksRequest, opts ...grpc.CallOption) (*ListChunksReply, error)
+	Scrub(ctx context.Context, in *ScrubRequest, opts ...grpc.CallOption) (*ScrubStatus, error)
 }
 
 type ostClient struct {
@@ -97,6 +102,26 @@ func (c *ostClient) Info(ctx context.Context, in *InfoRequest, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *ostClient) ListChunks(ctx context.Context, in *ListChunksRequest, opts ...grpc.CallOption) (*ListChunksReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListChunksReply)
+	err := c.cc.Invoke(ctx, Ost_ListChunks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ostClient) Scrub(ctx context.Context, in *ScrubRequest, opts ...grpc.CallOption) (*ScrubStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScrubStatus)
+	err := c.cc.Invoke(ctx, Ost_Scrub_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OstServer is the server API for Ost service.
 // All implementations must embed UnimplementedOstServer
 // for forward compatibility.
@@ -106,6 +131,9 @@ type OstServer interface {
 	DeleteChunks(context.Context, *DeleteChunksRequest) (*DeleteChunksReply, error)
 	StatChunk(context.Context, *StatChunkRequest) (*StatChunkReply, error)
 	Info(context.Context, *InfoRequest) (*InfoReply, error)
+	// Administration (docs/admin.md; messages at the end of the file)
+	ListChunks(context.Context, *ListChunksRequest) (*ListChunksReply, error)
+	Scrub(context.Context, *ScrubRequest) (*ScrubStatus, error)
 	mustEmbedUnimplementedOstServer()
 }
 
@@ -130,6 +158,12 @@ func (UnimplementedOstServer) StatChunk(context.Context, *StatChunkRequest) (*St
 }
 func (UnimplementedOstServer) Info(context.Context, *InfoRequest) (*InfoReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Info not implemented")
+}
+func (UnimplementedOstServer) ListChunks(context.Context, *ListChunksRequest) (*ListChunksReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListChunks not implemented")
+}
+func (UnimplementedOstServer) Scrub(context.Context, *ScrubRequest) (*ScrubStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method Scrub not implemented")
 }
 func (UnimplementedOstServer) mustEmbedUnimplementedOstServer() {}
 func (UnimplementedOstServer) testEmbeddedByValue()             {}
@@ -242,6 +276,42 @@ func _Ost_Info_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Ost_ListChunks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListChunksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OstServer).ListChunks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ost_ListChunks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OstServer).ListChunks(ctx, req.(*ListChunksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Ost_Scrub_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScrubRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OstServer).Scrub(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ost_Scrub_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OstServer).Scrub(ctx, req.(*ScrubRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Ost_ServiceDesc is the grpc.ServiceDesc for Ost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -268,6 +338,14 @@ var Ost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Info",
 			Handler:    _Ost_Info_Handler,
+		},
+		{
+			MethodName: "ListChunks",
+			Handler:    _Ost_ListChunks_Handler,
+		},
+		{
+			MethodName: "Scrub",
+			Handler:    _Ost_Scrub_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -32,6 +32,10 @@ type Options struct {
 	HeartbeatTimeout time.Duration
 	// Client options used by Client and Mount (MDS is filled in).
 	Client client.Options
+	// SyncNamespace mounts with every namespace change durable when it
+	// returns; by default a mount uses early replies, as `shoal mount`
+	// does (client.Options.EarlyNamespaceReplies).
+	SyncNamespace bool
 	// Log to the test log (noisy); default discards.
 	Verbose bool
 	// AllowOther mounts with allow_other, so that tests can act as other
@@ -43,10 +47,21 @@ type Options struct {
 	// GCGrace before the MDS deletes unreferenced chunks; default the
 	// MDS's (2m).
 	GCGrace time.Duration
+	// Admin configures the MDS's administration worker (repair delay,
+	// retire grace, ...); zero values take the MDS's defaults.
+	Admin mds.AdminOptions
+	// Scrub configures every OST's scrubber; zero values take the OST's
+	// defaults.
+	Scrub ost.ScrubOptions
 	// Dir holds the servers' state and the mount points; default
 	// t.TempDir(). Tests of semantics rather than durability may put it
 	// on tmpfs, where fsync costs nothing (see TmpfsDir).
 	Dir string
+	// DirectIO of the OSTs (ost.Options.DirectIO); default theirs.
+	DirectIO ost.DirectIO
+	// NoDataPath starts the OSTs without their data path (as OSTs
+	// before it): clients read and write chunks over gRPC.
+	NoDataPath bool
 }
 
 // Cluster is a running test cluster.
@@ -130,6 +145,7 @@ func (c *Cluster) startMDS() error {
 		GCInterval:       500 * time.Millisecond,
 		GCGrace:          c.opts.GCGrace,
 		SessionLease:     c.opts.SessionLease,
+		Admin:            c.opts.Admin,
 	})
 	if err != nil {
 		return err
@@ -180,8 +196,13 @@ func (c *Cluster) StartOST(i int) error {
 	if err != nil {
 		return err
 	}
-	o, err := ost.Open(c.ctx(), ost.Options{Dir: t.Dir, MDSAddr: c.mdsAddr, AdvertiseAddr: s.Addr(),
-		Logger: c.log.With("proc", fmt.Sprintf("ost-%d", i)), HeartbeatInterval: 200 * time.Millisecond})
+	oo := ost.Options{Dir: t.Dir, MDSAddr: c.mdsAddr, AdvertiseAddr: s.Addr(),
+		Logger: c.log.With("proc", fmt.Sprintf("ost-%d", i)), HeartbeatInterval: 200 * time.Millisecond,
+		DirectIO: c.opts.DirectIO, Scrub: c.opts.Scrub}
+	if c.opts.NoDataPath {
+		oo.DataListen = ost.DataListenOff
+	}
+	o, err := ost.Open(c.ctx(), oo)
 	if err != nil {
 		s.Kill()
 		return err
@@ -196,6 +217,14 @@ func (c *Cluster) StartOST(i int) error {
 	}
 	t.Server, t.srv, t.Addr = o, s, s.Addr()
 	return nil
+}
+
+// AddOST adds a new, empty target to the running cluster, starts it and
+// returns its index.
+func (c *Cluster) AddOST() (int, error) {
+	i := len(c.osts)
+	c.osts = append(c.osts, &OST{Dir: filepath.Join(c.Dir, fmt.Sprintf("ost-%02d", i+1)), Addr: "127.0.0.1:0"})
+	return i, c.StartOST(i)
 }
 
 // StopOST stops target i gracefully.
@@ -251,7 +280,11 @@ func (c *Cluster) WaitOSTsUp(n int) error {
 // the cluster stops.
 func (c *Cluster) Client() *client.Client {
 	c.t.Helper()
-	o := c.opts.Client
+	return c.clientWith(c.opts.Client)
+}
+
+func (c *Cluster) clientWith(o client.Options) *client.Client {
+	c.t.Helper()
 	o.MDS = c.mdsAddr
 	o.Logger = c.log.With("proc", "client")
 	cl, err := client.New(c.ctx(), o)

@@ -18,7 +18,9 @@ func (c *Cluster) Mount() string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	m, err := fuse.Mount(c.ctx(), dir, fuse.Options{Client: c.Client(), Logger: c.log.With("proc", "fuse"), AllowOther: c.opts.AllowOther})
+	o := c.opts.Client
+	o.EarlyNamespaceReplies = !c.opts.SyncNamespace
+	m, err := fuse.Mount(c.ctx(), dir, fuse.Options{Client: c.clientWith(o), Logger: c.log.With("proc", "fuse"), AllowOther: c.opts.AllowOther})
 	if err != nil {
 		c.t.Fatalf("mount: %v", err)
 	}

@@ -277,12 +277,12 @@ func parseOnly(s string) (selection, error) {
 		w = strings.ToLower(strings.TrimSpace(w))
 		switch {
 		case w == "":
-		case contains(allGroups, w):
+		case contains(allGroups, w), contains(optGroups, w):
 			sel.groups[w] = true
 		case contains(allPaths, w):
 			sel.paths[w] = true
 		default:
-			all := append(append([]string{}, allGroups...), allPaths...)
+			all := append(append(append([]string{}, allGroups...), optGroups...), allPaths...)
 			sort.Strings(all)
 			return selection{}, fmt.Errorf("--only: unknown workload group or path %q (choose from %s)", w, strings.Join(all, ", "))
 		}

@@ -1,0 +1,16 @@
+package client
+
+import (
+	"context"
+
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// ReadExtent reads bytes [off, off+len(buf)) of extent ext into buf, for
+// readers that plan their own I/O from the extent map (the GPU read path,
+// gds): one chunk read per cell piece, checked by the OSTs' checksums, and
+// on any failure the rows rebuilt from any k chunks. It fails with
+// errs.ErrUnavailable when fewer than k chunks of a row can be read.
+func (c *Client) ReadExtent(ctx context.Context, ext *mdspb.Extent, off int64, buf []byte) error {
+	return c.readExact(ctx, ext, off, buf)
+}

@@ -1,0 +1,756 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// `shoal admin`: the operator's commands, each one call (or a few) to the
+// MDS, which does the work. docs/admin.md documents them with examples.
+
+type adminFlags struct {
+	mds    string
+	json   bool
+	detach bool
+}
+
+func newAdminCmd(g *globals) *cobra.Command {
+	af := &adminFlags{}
+	cmd := &cobra.Command{
+		Use:   "admin",
+		Short: "Administer a cluster: space, OSTs, layouts, repair, drain, rebalance, scrub, fsck, gc",
+	}
+	cmd.PersistentFlags().StringVar(&af.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address, or the comma-separated addresses of an MDS group (default $SHOAL_MDS)")
+	cmd.PersistentFlags().BoolVar(&af.json, "json", false, "print the result as JSON (no progress bar)")
+	cmd.AddCommand(
+		adminDfCmd(af), adminOstsCmd(af), adminSetstripeCmd(af), adminGetstripeCmd(af),
+		adminRepairCmd(af), adminDrainCmd(af), adminUndrainCmd(af), adminRemoveCmd(af),
+		adminRebalanceCmd(af), adminScrubCmd(af), adminFsckCmd(af), adminGCCmd(af),
+		adminMdsCmd(af),
+	)
+	return cmd
+}
+
+// stub dials the MDS.
+func (af *adminFlags) stub() (mdspb.MdsClient, func(), error) {
+	if err := requireMDS(af.mds); err != nil {
+		return nil, nil, err
+	}
+	cc, err := wire.DialGroup(af.mds) // one MDS or a group: follows the leader
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial MDS %s: %w", af.mds, err)
+	}
+	return mdspb.NewMdsClient(cc), func() { cc.Close() }, nil
+}
+
+func callCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := signalContext()
+	ctx2, cancel2 := context.WithTimeout(ctx, 10*time.Minute)
+	return ctx2, func() { cancel2(); cancel() }
+}
+
+// df and osts.
+
+type dfReport struct {
+	Osts         []any   `json:"osts"`
+	UsedBytes    uint64  `json:"used_bytes"`
+	Capacity     uint64  `json:"capacity_bytes"`
+	MeanUsed     uint64  `json:"mean_used_bytes"`
+	ImbalancePct float64 `json:"imbalance_pct"`
+	OstsUp       int     `json:"osts_up"`
+	OstsTotal    int     `json:"osts_total"`
+}
+
+// imbalance is (max - min) / mean of the used bytes of the up, active OSTs.
+func imbalance(osts []*mdspb.OstInfo) (mean uint64, pct float64) {
+	var sum, lo, hi uint64
+	n := 0
+	for _, o := range osts {
+		if o.GetState() != "up" {
+			continue
+		}
+		if n == 0 || o.Used < lo {
+			lo = o.Used
+		}
+		hi = max(hi, o.Used)
+		sum += o.Used
+		n++
+	}
+	if n == 0 || sum == 0 {
+		return 0, 0
+	}
+	mean = sum / uint64(n)
+	return mean, float64(hi-lo) / (float64(sum) / float64(n)) * 100
+}
+
+func adminDfCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "df",
+		Short: "Capacity, used space, chunks and state of every OST, and the cluster's imbalance",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := callCtx()
+			defer cancel()
+			r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
+			if err != nil {
+				return err
+			}
+			rep := dfReport{OstsTotal: len(r.Osts)}
+			for _, o := range r.Osts {
+				rep.UsedBytes += o.Used
+				rep.Capacity += o.Capacity
+				if o.Up {
+					rep.OstsUp++
+				}
+				rep.Osts = append(rep.Osts, protoMap(o))
+			}
+			rep.MeanUsed, rep.ImbalancePct = imbalance(r.Osts)
+			out := cmd.OutOrStdout()
+			if af.json {
+				return printJSON(out, rep)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "OST\tSTATE\tADDR\tSIZE\tUSED\tCHUNKS\tFREE\tUSE%")
+			for _, o := range r.Osts {
+				use := 0.0
+				if o.Capacity > 0 {
+					use = float64(o.Capacity-o.Free) / float64(o.Capacity) * 100
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%.0f%%\n", o.Id, o.State, o.Addr, humanBytes(o.Capacity), humanBytes(o.Used), o.Chunks, humanBytes(o.Free), use)
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "\n%d of %d OSTs up; %s in chunks; imbalance %.1f%% ((max-min)/mean of used bytes over up OSTs, mean %s)\n",
+				rep.OstsUp, rep.OstsTotal, humanBytes(rep.UsedBytes), rep.ImbalancePct, humanBytes(rep.MeanUsed))
+			return nil
+		},
+	}
+}
+
+func adminOstsCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "osts",
+		Short: "List the OSTs with their state (up, down, draining, removed) and last heartbeat",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := callCtx()
+			defer cancel()
+			r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if af.json {
+				return printJSON(out, r)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "OST\tSTATE\tADDR\tLAST HEARTBEAT\tUUID")
+			for _, o := range r.Osts {
+				hb := "never"
+				if o.LastHeartbeatNs > 0 {
+					hb = time.Since(time.Unix(0, o.LastHeartbeatNs)).Round(100*time.Millisecond).String() + " ago"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", o.Id, o.State, o.Addr, hb, o.Uuid)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// Layouts.
+
+// withClient runs fn with a client of the cluster (path resolution).
+func (af *adminFlags) withClient(fn func(ctx context.Context, c *client.Client) error) error {
+	if err := requireMDS(af.mds); err != nil {
+		return err
+	}
+	ctx, cancel := callCtx()
+	defer cancel()
+	c, err := client.New(ctx, client.Options{MDS: af.mds})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c)
+}
+
+type stripeReport struct {
+	Path   string `json:"path"`
+	Ino    uint64 `json:"ino"`
+	Type   string `json:"type"`
+	K      uint32 `json:"k"`
+	M      uint32 `json:"m"`
+	Unit   uint32 `json:"unit"`
+	Layout string `json:"layout"`
+}
+
+func stripeOf(path string, a *mdspb.Attr) stripeReport {
+	l := a.GetLayout()
+	typ := "file"
+	if client.IsDir(a) {
+		typ = "directory"
+	}
+	desc := fmt.Sprintf("RS %d+%d, unit %s", l.GetK(), l.GetM(), humanBytes(uint64(l.GetUnit())))
+	switch {
+	case l.GetK() == 1:
+		desc = fmt.Sprintf("%d-way replication, unit %s", l.GetM()+1, humanBytes(uint64(l.GetUnit())))
+	case l.GetM() == 0:
+		desc = fmt.Sprintf("striping over %d, no parity, unit %s", l.GetK(), humanBytes(uint64(l.GetUnit())))
+	}
+	return stripeReport{Path: path, Ino: a.GetIno(), Type: typ, K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Layout: desc}
+}
+
+func printStripe(w io.Writer, af *adminFlags, r stripeReport) error {
+	if af.json {
+		return printJSON(w, r)
+	}
+	_, err := fmt.Fprintf(w, "%s (%s, inode %d): k=%d m=%d unit=%d (%s)\n", r.Path, r.Type, r.Ino, r.K, r.M, r.Unit, r.Layout)
+	return err
+}
+
+func adminSetstripeCmd(af *adminFlags) *cobra.Command {
+	var k, m uint32
+	var unit string
+	var replicas uint32
+	cmd := &cobra.Command{
+		Use:   "setstripe PATH",
+		Short: "Set the layout of a directory (inherited by new files) or of an empty file",
+		Long: "Set the layout {k, m, unit} of a directory, which files and directories created in it inherit, " +
+			"or of an empty regular file. PATH is a path inside the file system (from its root). " +
+			"--replicas N is k=1, m=N-1.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := parseBytes(unit)
+			if err != nil {
+				return err
+			}
+			if replicas > 0 {
+				if cmd.Flags().Changed("k") || cmd.Flags().Changed("m") {
+					return fmt.Errorf("--replicas excludes --k and --m")
+				}
+				k, m = 1, replicas-1
+			}
+			return af.withClient(func(ctx context.Context, c *client.Client) error {
+				a, err := c.Stat(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if !cmd.Flags().Changed("k") && replicas == 0 {
+					k = a.GetLayout().GetK()
+				}
+				if !cmd.Flags().Changed("m") && replicas == 0 {
+					m = a.GetLayout().GetM()
+				}
+				if !cmd.Flags().Changed("unit") {
+					u = uint64(a.GetLayout().GetUnit())
+				}
+				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: k, M: m, Unit: uint32(u)}})
+				if err != nil {
+					return err
+				}
+				return printStripe(cmd.OutOrStdout(), af, stripeOf(args[0], r.GetAttr()))
+			})
+		},
+	}
+	cmd.Flags().Uint32Var(&k, "k", 4, "data cells per row")
+	cmd.Flags().Uint32Var(&m, "m", 2, "parity cells per row")
+	cmd.Flags().StringVar(&unit, "unit", "1MiB", "cell size (a multiple of 4 KiB, at most 16 MiB)")
+	cmd.Flags().Uint32Var(&replicas, "replicas", 0, "N-way replication (k=1, m=N-1) instead of --k/--m")
+	return cmd
+}
+
+func adminGetstripeCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "getstripe PATH",
+		Short: "Show the layout of a file or directory",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return af.withClient(func(ctx context.Context, c *client.Client) error {
+				a, err := c.Stat(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return printStripe(cmd.OutOrStdout(), af, stripeOf(args[0], a))
+			})
+		},
+	}
+}
+
+// OST states.
+
+func parseOst(s string) (uint32, error) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "ost"), 10, 32)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("bad OST id %q (a number from `shoal admin osts`)", s)
+	}
+	return uint32(n), nil
+}
+
+func adminDrainCmd(af *adminFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "drain OST",
+		Short: "Stop placing new extents on an OST and move every chunk off it",
+		Long:  "Marks the OST draining (placement skips it) and runs the drain job, which moves each of its chunks to another OST (copy, verify, switch, delete). Then `shoal admin remove OST`.",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseOst(args[0])
+			if err != nil {
+				return err
+			}
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := signalContext()
+			defer cancel()
+			if _, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: "draining"}); err != nil {
+				return err
+			}
+			return followJob(ctx, cmd.OutOrStdout(), af, stub, "drain")
+		},
+	}
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin drain status` follows it")
+	cmd.AddCommand(jobSubcommands(af, "drain")...)
+	return cmd
+}
+
+func adminUndrainCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "undrain OST",
+		Short: "Make a draining (or removed) OST active again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setState(cmd, af, args[0], "active", false)
+		},
+	}
+}
+
+func adminRemoveCmd(af *adminFlags) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "remove OST",
+		Short: "Remove an OST for good; refused while it still holds chunks (drain it first)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setState(cmd, af, args[0], "removed", force)
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove even though extents still have chunks there (they count as lost; run `shoal admin repair`)")
+	return cmd
+}
+
+func setState(cmd *cobra.Command, af *adminFlags, ost, state string, force bool) error {
+	id, err := parseOst(ost)
+	if err != nil {
+		return err
+	}
+	stub, done, err := af.stub()
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := callCtx()
+	defer cancel()
+	o, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: state, Force: force})
+	if err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(cmd.OutOrStdout(), o)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "OST %d: %s\n", o.Id, o.State)
+	return nil
+}
+
+// Jobs: repair, drain, rebalance, scrub.
+
+func adminRepairCmd(af *adminFlags) *cobra.Command {
+	var osts []string
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Rebuild the chunks of down or removed OSTs on other OSTs",
+		Long: "Rebuilds every chunk held by a removed OST, or by the OSTs named with --ost, or (without --ost) by every OST down now, " +
+			"from the surviving chunks of each extent, onto other OSTs, until every extent has k+m healthy chunks. " +
+			"The MDS also starts a repair on its own when an OST stays down longer than its repair delay.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &mdspb.StartJobRequest{Kind: "repair"}
+			for _, s := range osts {
+				id, err := parseOst(s)
+				if err != nil {
+					return err
+				}
+				req.Osts = append(req.Osts, id)
+			}
+			return startAndFollow(cmd, af, req)
+		},
+	}
+	cmd.Flags().StringSliceVar(&osts, "ost", nil, "OSTs to treat as lost (default: every OST down now)")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin repair status` follows it")
+	cmd.AddCommand(jobSubcommands(af, "repair")...)
+	return cmd
+}
+
+func adminRebalanceCmd(af *adminFlags) *cobra.Command {
+	var dry bool
+	var threshold float64
+	var bw string
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Move chunks from the fullest to the emptiest OSTs until each is within --threshold of the mean",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &mdspb.StartJobRequest{Kind: "rebalance", ThresholdPct: threshold}
+			if bw != "" {
+				n, err := parseBytes(bw)
+				if err != nil {
+					return err
+				}
+				req.MaxBandwidth = n
+			}
+			if dry {
+				stub, done, err := af.stub()
+				if err != nil {
+					return err
+				}
+				defer done()
+				ctx, cancel := callCtx()
+				defer cancel()
+				p, err := stub.PlanRebalance(ctx, req)
+				if err != nil {
+					return err
+				}
+				return printPlan(cmd.OutOrStdout(), af, p)
+			}
+			return startAndFollow(cmd, af, req)
+		},
+	}
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "show the plan, move nothing")
+	cmd.Flags().Float64Var(&threshold, "threshold", 5, "target: every OST within this percentage of the mean")
+	cmd.Flags().StringVar(&bw, "max-bandwidth", "", "limit the chunk data written, e.g. 200MiB/s (default unlimited)")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin rebalance status` follows it")
+	cmd.AddCommand(jobSubcommands(af, "rebalance")...)
+	return cmd
+}
+
+func printPlan(w io.Writer, af *adminFlags, p *mdspb.RebalancePlan) error {
+	if af.json {
+		return printJSON(w, p)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OST\tCHUNKS\tNOW\tAFTER")
+	for _, o := range p.Osts {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", o.Id, o.Chunks, humanBytes(o.Bytes), humanBytes(o.After))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nplan: %d chunk moves, %s; imbalance %.1f%% -> %.1f%%\n", p.Moves, humanBytes(p.Bytes), p.ImbalancePct, p.ImbalanceAfterPct)
+	for _, m := range p.Sample {
+		fmt.Fprintf(w, "  extent %d chunk %d: OST %d -> OST %d (%s)\n", m.Extent, m.Index, m.From, m.To, humanBytes(m.Bytes))
+	}
+	if p.Moves > uint64(len(p.Sample)) {
+		fmt.Fprintf(w, "  ... and %d more\n", p.Moves-uint64(len(p.Sample)))
+	}
+	return nil
+}
+
+func adminScrubCmd(af *adminFlags) *cobra.Command {
+	var rate string
+	cmd := &cobra.Command{
+		Use:   "scrub",
+		Short: "Read every chunk on every OST, verify its checksums, and rebuild the bad ones from parity",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &mdspb.StartJobRequest{Kind: "scrub"}
+			if rate != "" {
+				n, err := parseBytes(rate)
+				if err != nil {
+					return err
+				}
+				req.ScrubRate = n
+			}
+			return startAndFollow(cmd, af, req)
+		},
+	}
+	cmd.Flags().StringVar(&rate, "rate", "", "read rate per OST for this pass, e.g. 500MiB/s (default: the OSTs')")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin scrub status` follows it")
+	cmd.AddCommand(jobSubcommands(af, "scrub")...)
+	return cmd
+}
+
+// jobSubcommands are `status`, `stop` and `resume` of a job kind.
+func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the " + kind + " job (follow it while it runs, unless --detach)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := signalContext()
+			defer cancel()
+			return followJob(ctx, cmd.OutOrStdout(), af, stub, kind)
+		},
+	}
+	stop := &cobra.Command{
+		Use:   "stop",
+		Short: "Stop the " + kind + " job after its current batch (resume continues it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := callCtx()
+			defer cancel()
+			j, err := stub.StopJob(ctx, &mdspb.JobRequest{Kind: kind})
+			if err != nil {
+				return err
+			}
+			return printJob(cmd.OutOrStdout(), af, j)
+		},
+	}
+	resume := &cobra.Command{
+		Use:   "resume",
+		Short: "Resume a stopped " + kind + " job",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return startAndFollow(cmd, af, &mdspb.StartJobRequest{Kind: kind})
+		},
+	}
+	return []*cobra.Command{status, stop, resume}
+}
+
+func startAndFollow(cmd *cobra.Command, af *adminFlags, req *mdspb.StartJobRequest) error {
+	stub, done, err := af.stub()
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := signalContext()
+	defer cancel()
+	if _, err := stub.StartJob(ctx, req); err != nil {
+		return err
+	}
+	return followJob(ctx, cmd.OutOrStdout(), af, stub, req.Kind)
+}
+
+// followJob shows a job until it stops running (a progress bar on a
+// terminal), or once with --detach. The job runs in the MDS: interrupting
+// this command does not stop it.
+func followJob(ctx context.Context, w io.Writer, af *adminFlags, stub mdspb.MdsClient, kind string) error {
+	get := func() (*mdspb.AdminJob, error) {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return stub.GetJob(cctx, &mdspb.JobRequest{Kind: kind})
+	}
+	j, err := get()
+	if err != nil {
+		return err
+	}
+	if af.detach || j.State != "running" {
+		return jobResult(w, af, j)
+	}
+	var bar *progressbar.ProgressBar
+	if !af.json && isTerminal(os.Stderr) {
+		bar = progressbar.NewOptions64(-1,
+			progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription(kind),
+			progressbar.OptionShowBytes(kind != "scrub"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionFullWidth(),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	var total int64
+	for j.State == "running" {
+		if bar != nil {
+			cur, max := int64(j.DoneBytes), int64(j.DoneBytes+j.PlannedBytes)
+			desc := fmt.Sprintf("%s: %d chunks moved, pass %d", kind, j.DoneChunks, j.Passes+1)
+			if kind == "scrub" {
+				cur, max = int64(j.ScrubbedChunks), -1
+				desc = fmt.Sprintf("scrub: %s checked, %d corrupt, %d rebuilt, %d OSTs scrubbing", humanBytes(j.ScrubbedBytes), j.CorruptFound, j.DoneChunks, j.OstsScrubbing)
+			}
+			if max > total {
+				total = max
+				bar.ChangeMax64(total)
+			}
+			bar.Describe(desc)
+			bar.Set64(cur)
+		}
+		select {
+		case <-ctx.Done():
+			if bar != nil {
+				bar.Exit()
+			}
+			fmt.Fprintf(os.Stderr, "\nthe %s job goes on in the MDS; `shoal admin %s status` follows it, `shoal admin %s stop` stops it\n", kind, kind, kind)
+			return nil
+		case <-tick.C:
+		}
+		if j, err = get(); err != nil {
+			return err
+		}
+	}
+	if bar != nil {
+		bar.Finish()
+	}
+	return jobResult(w, af, j)
+}
+
+func jobResult(w io.Writer, af *adminFlags, j *mdspb.AdminJob) error {
+	if err := printJob(w, af, j); err != nil {
+		return err
+	}
+	switch {
+	case j.State == "failed":
+		return problemf("%s job failed: %s", j.Kind, j.Error)
+	case j.LostExtents > 0:
+		return problemf("%d extents cannot be rebuilt", j.LostExtents)
+	}
+	return nil
+}
+
+func printJob(w io.Writer, af *adminFlags, j *mdspb.AdminJob) error {
+	if af.json {
+		return printJSON(w, j)
+	}
+	fmt.Fprintf(w, "%s: %s", j.Kind, j.State)
+	if j.StartedNs > 0 {
+		end := time.Now()
+		if j.FinishedNs > 0 {
+			end = time.Unix(0, j.FinishedNs)
+		}
+		el := end.Sub(time.Unix(0, j.StartedNs))
+		fmt.Fprintf(w, " (%s", el.Round(time.Second))
+		if j.DoneBytes > 0 && el > 0 {
+			fmt.Fprintf(w, ", %s/s", humanBytes(uint64(float64(j.DoneBytes)/el.Seconds())))
+		}
+		fmt.Fprint(w, ")")
+	}
+	fmt.Fprintln(w)
+	if j.Kind == "scrub" {
+		fmt.Fprintf(w, "  checked %d chunks (%s), found %d corrupt, rebuilt %d; %d OSTs still scrubbing\n",
+			j.ScrubbedChunks, humanBytes(j.ScrubbedBytes), j.CorruptFound, j.DoneChunks, j.OstsScrubbing)
+	} else {
+		fmt.Fprintf(w, "  moved %d chunks (%s) in %d passes; this pass: %d chunks (%s) planned; %d failed\n",
+			j.DoneChunks, humanBytes(j.DoneBytes), j.Passes, j.PlannedChunks, humanBytes(j.PlannedBytes), j.FailedChunks)
+	}
+	if j.LostExtents > 0 {
+		fmt.Fprintf(w, "  %d extents have more than m chunks unreadable\n", j.LostExtents)
+	}
+	if j.Error != "" {
+		fmt.Fprintf(w, "  last error: %s\n", j.Error)
+	}
+	return nil
+}
+
+// fsck and gc.
+
+func adminFsckCmd(af *adminFlags) *cobra.Command {
+	var repair bool
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "fsck",
+		Short: "Check that every extent has its chunks and every chunk belongs to an extent; --repair fixes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := callCtx()
+			defer cancel()
+			r, err := stub.Fsck(ctx, &mdspb.FsckRequest{Repair: repair, OrphanGraceNs: int64(grace)})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if af.json {
+				if err := printJSON(w, r); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(w, "%d extents, %d chunks checked, %d chunks on OSTs: %d problems", r.Extents, r.ChunksChecked, r.OstChunks, r.ProblemCount)
+				if repair {
+					fmt.Fprintf(w, ", %d fixed or queued for rebuild", r.Fixed)
+				}
+				fmt.Fprintln(w)
+				for _, p := range r.Problems {
+					fmt.Fprintf(w, "  %s: extent %d chunk %d on OST %d", p.Kind, p.Extent, p.Index, p.Ost)
+					if p.Detail != "" {
+						fmt.Fprintf(w, ": %s", p.Detail)
+					}
+					if p.Fixed {
+						fmt.Fprint(w, " [fixed]")
+					}
+					fmt.Fprintln(w)
+				}
+			}
+			if !r.Clean && (!repair || r.Fixed < r.ProblemCount) {
+				return problemf("fsck: %d problems", r.ProblemCount-r.Fixed)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&repair, "repair", false, "fix: rebuild missing chunks, delete orphans, repair chunks on removed OSTs")
+	cmd.Flags().DurationVar(&grace, "orphan-grace", 0, "unreferenced chunks younger than this are not orphans (default: the MDS's GC grace)")
+	return cmd
+}
+
+func adminGCCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Collect now the orphans and replaced extents past their grace period",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stub, done, err := af.stub()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := callCtx()
+			defer cancel()
+			r, err := stub.RunGC(ctx, &mdspb.GCRequest{})
+			if err != nil {
+				return err
+			}
+			if af.json {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "collected %d extents and %d old chunk copies; waiting: %d extents in the GC queue, %d uncommitted allocations, %d old chunk copies\n",
+				r.CollectedExtents, r.RetiredChunks, r.QueuedExtents, r.PendingExtents, r.RetiringChunks)
+			return nil
+		},
+	}
+}

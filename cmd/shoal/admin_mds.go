@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds/peerpb"
+)
+
+// `shoal admin mds`: the replicated MDS group (docs/mds-raft.md).
+
+func adminMdsCmd(af *adminFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mds",
+		Short: "The MDS group: status, add, remove, transfer-leader",
+	}
+	cmd.AddCommand(adminMdsStatusCmd(af), adminMdsAddCmd(af), adminMdsRemoveCmd(af), adminMdsTransferCmd(af))
+	return cmd
+}
+
+// memberStatus asks every address of --mds (and every member they name)
+// for its own status.
+func (af *adminFlags) memberStatus(ctx context.Context) ([]*peerpb.Member, error) {
+	if err := requireMDS(af.mds); err != nil {
+		return nil, err
+	}
+	g, err := wire.DialGroup(af.mds)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	seen := map[string]bool{}
+	var out []*peerpb.Member
+	queue := g.Addrs()
+	for len(queue) > 0 {
+		addr := queue[0]
+		queue = queue[1:]
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		cc, err := g.Conn(addr)
+		if err != nil {
+			out = append(out, &peerpb.Member{Addr: addr, Role: "unreachable", Error: err.Error()})
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := peerpb.NewPeerClient(cc).Status(cctx, &peerpb.StatusRequest{})
+		cancel()
+		if err != nil {
+			out = append(out, &peerpb.Member{Addr: addr, Role: "unreachable", Error: wire.FromStatus(err).Error()})
+			continue
+		}
+		self := st.GetSelf()
+		if self.GetAddr() == "" {
+			self.Addr = addr
+		}
+		out = append(out, self)
+		for _, m := range st.GetMembers() {
+			if m.GetAddr() != "" && !seen[m.GetAddr()] {
+				queue = append(queue, m.GetAddr())
+			}
+		}
+	}
+	return out, nil
+}
+
+// leaderClient returns a Peer client at the member that leads.
+func (af *adminFlags) leaderClient(ctx context.Context) (peerpb.PeerClient, func(), error) {
+	ms, err := af.memberStatus(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range ms {
+		if m.GetRole() == "leader" {
+			cc, err := wire.Dial(m.GetAddr())
+			if err != nil {
+				return nil, nil, err
+			}
+			return peerpb.NewPeerClient(cc), func() { cc.Close() }, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("no MDS member reports itself leader")
+}
+
+func adminMdsStatusCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Each member's id, address, role, term and applied index",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := callCtx()
+			defer cancel()
+			ms, err := af.memberStatus(ctx)
+			if err != nil {
+				return err
+			}
+			if af.json {
+				type row struct {
+					ID      uint64 `json:"id"`
+					Addr    string `json:"address"`
+					Role    string `json:"role"`
+					Applied uint64 `json:"applied_index"`
+					Commit  uint64 `json:"commit_index"`
+					Term    uint64 `json:"term"`
+					Leader  uint64 `json:"leader"`
+					Error   string `json:"error,omitempty"`
+				}
+				var rows []row
+				for _, m := range ms {
+					rows = append(rows, row{m.GetId(), m.GetAddr(), m.GetRole(), m.GetAppliedIndex(), m.GetCommitIndex(), m.GetTerm(), m.GetLeader(), m.GetError()})
+				}
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"members": rows})
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tADDR\tROLE\tTERM\tAPPLIED\tCOMMIT\tLEADER")
+			for _, m := range ms {
+				if m.GetError() != "" {
+					fmt.Fprintf(tw, "-\t%s\tunreachable\t-\t-\t-\t-\t(%s)\n", m.GetAddr(), m.GetError())
+					continue
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\n", m.GetId(), m.GetAddr(), m.GetRole(), m.GetTerm(), m.GetAppliedIndex(), m.GetCommitIndex(), m.GetLeader())
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func adminMdsAddCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "add ID ADDR",
+		Short: "Add a member (then start it with `shoal mds --id ID --join`); it catches up from a snapshot",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("bad member id %q", args[0])
+			}
+			return af.change(&peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_ADD, Id: id, Addr: args[1]})
+		},
+	}
+}
+
+func adminMdsRemoveCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a member from the group",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("bad member id %q", args[0])
+			}
+			return af.change(&peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_REMOVE, Id: id})
+		},
+	}
+}
+
+func (af *adminFlags) change(req *peerpb.ChangeMemberRequest) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	cli, done, err := af.leaderClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	st, err := cli.ChangeMember(ctx, req)
+	if err != nil {
+		return wire.FromStatus(err)
+	}
+	return printMembers(af, st)
+}
+
+func adminMdsTransferCmd(af *adminFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "transfer-leader ID",
+		Short: "Hand leadership to member ID",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("bad member id %q", args[0])
+			}
+			ctx, cancel := callCtx()
+			defer cancel()
+			cli, done, err := af.leaderClient(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := cli.TransferLeader(ctx, &peerpb.TransferLeaderRequest{To: id})
+			if err != nil {
+				return wire.FromStatus(err)
+			}
+			return printMembers(af, st)
+		},
+	}
+}
+
+func printMembers(af *adminFlags, st *peerpb.StatusReply) error {
+	if af.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	var parts []string
+	for _, m := range st.GetMembers() {
+		p := fmt.Sprintf("%d=%s", m.GetId(), m.GetAddr())
+		if m.GetRole() == "leader" {
+			p += " (leader)"
+		}
+		parts = append(parts, p)
+	}
+	fmt.Println("members:", strings.Join(parts, ", "))
+	return nil
+}

@@ -1,0 +1,296 @@
+package datanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
+)
+
+// Defaults of ClientOptions.
+const (
+	DefaultMaxIdlePerAddr = 16
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultMaxIdleTime    = time.Minute
+)
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	// MaxIdlePerAddr bounds the idle connections kept per server; more
+	// may be open while busy (one per request in flight).
+	MaxIdlePerAddr int
+	// DialTimeout bounds a connect, within the request's own deadline.
+	DialTimeout time.Duration
+	// MaxIdleTime closes a pooled connection unused for this long
+	// (shorter than the server's IdleTimeout).
+	MaxIdleTime time.Duration
+}
+
+func (o *ClientOptions) setDefaults() {
+	if o.MaxIdlePerAddr <= 0 {
+		o.MaxIdlePerAddr = DefaultMaxIdlePerAddr
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MaxIdleTime <= 0 {
+		o.MaxIdleTime = DefaultMaxIdleTime
+	}
+}
+
+// Client sends requests to data servers over pooled connections: each
+// request takes an idle connection to its server (or dials one) and gives
+// it back when the reply has been read in full, so the number of requests
+// in flight to a server is the number of its connections in use. It is
+// safe for concurrent use.
+type Client struct {
+	opts   ClientOptions
+	dialer net.Dialer
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		idle   map[string][]*clientConn // by address; most recently used last
+	}
+}
+
+type clientConn struct {
+	c        net.Conn
+	lastUsed time.Time
+}
+
+// NewClient returns a client with no connections yet.
+func NewClient(o ClientOptions) *Client {
+	o.setDefaults()
+	c := &Client{opts: o, dialer: net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}}
+	c.mu.idle = map[string][]*clientConn{}
+	return c
+}
+
+// Close closes the idle connections; connections in use are closed when
+// their request ends. Requests after Close fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	idle := c.mu.idle
+	c.mu.idle = map[string][]*clientConn{}
+	c.mu.closed = true
+	c.mu.Unlock()
+	for _, cs := range idle {
+		for _, cc := range cs {
+			cc.c.Close()
+		}
+	}
+	return nil
+}
+
+// Write stores the concatenation of data (at most MaxLength bytes) as
+// chunk (extent, index) on the server at addr. The bytes go from data to
+// the socket without a copy.
+func (c *Client) Write(ctx context.Context, addr string, extent uint64, index uint32, data [][]byte) error {
+	var n uint64
+	for _, b := range data {
+		n += uint64(len(b))
+	}
+	req := Request{Op: OpWrite, Extent: extent, Index: index, Length: n}
+	return c.do(ctx, addr, req, data, nil)
+}
+
+// Read reads bytes [off, off+n) of chunk (extent, index) from the server at
+// addr into dst, in order, where n is the total length of dst's slices
+// (at most MaxLength). The bytes go from the socket to dst without a copy.
+func (c *Client) Read(ctx context.Context, addr string, extent uint64, index uint32, off uint64, dst [][]byte) error {
+	var n uint64
+	for _, b := range dst {
+		n += uint64(len(b))
+	}
+	req := Request{Op: OpRead, Extent: extent, Index: index, Offset: off, Length: n}
+	return c.do(ctx, addr, req, nil, dst)
+}
+
+// do runs one request. A request that fails with an I/O error on a pooled
+// connection (which the server may have closed while it sat idle) is tried
+// once more on a new connection: both operations are idempotent.
+func (c *Client) do(ctx context.Context, addr string, req Request, send, recv [][]byte) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("datanet: %v on %s: %w", req.Op, addr, err)
+		}
+		cc, pooled, err := c.get(ctx, addr)
+		if err != nil {
+			return err
+		}
+		keep, err := c.exchange(ctx, cc, req, send, recv)
+		if keep {
+			c.put(addr, cc)
+			return err
+		}
+		cc.c.Close()
+		var ioe *ioError
+		if !errors.As(err, &ioe) {
+			return err
+		}
+		if pooled && attempt == 0 && ctx.Err() == nil {
+			continue
+		}
+		return fmt.Errorf("datanet: %v on %s: %w (%w)", req.Op, addr, errs.ErrUnavailable, ioe.err)
+	}
+}
+
+// ioError marks a failed transfer: the server is unreachable, went away
+// or stopped answering.
+type ioError struct{ err error }
+
+func (e *ioError) Error() string { return e.err.Error() }
+func (e *ioError) Unwrap() error { return e.err }
+
+// get returns an idle connection to addr (pooled true) or dials one.
+func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, pooled bool, err error) {
+	now := time.Now()
+	var stale []*clientConn
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil, false, fmt.Errorf("datanet: client closed: %w", errs.ErrInvalid)
+	}
+	cs := c.mu.idle[addr]
+	for len(cs) > 0 && cc == nil {
+		last := cs[len(cs)-1]
+		cs = cs[:len(cs)-1]
+		if now.Sub(last.lastUsed) > c.opts.MaxIdleTime {
+			stale = append(stale, last)
+			continue
+		}
+		cc = last
+	}
+	c.mu.idle[addr] = cs
+	c.mu.Unlock()
+	for _, s := range stale {
+		s.c.Close()
+	}
+	if cc != nil {
+		return cc, true, nil
+	}
+	conn, err := c.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, fmt.Errorf("datanet: dial %s: %w", addr, ctx.Err())
+		}
+		return nil, false, fmt.Errorf("datanet: dial %s: %w (%w)", addr, errs.ErrUnavailable, err)
+	}
+	return &clientConn{c: conn}, false, nil
+}
+
+// put gives a connection whose last exchange ended cleanly back to the
+// pool, or closes it when the pool is full.
+func (c *Client) put(addr string, cc *clientConn) {
+	cc.lastUsed = time.Now()
+	c.mu.Lock()
+	if !c.mu.closed && len(c.mu.idle[addr]) < c.opts.MaxIdlePerAddr {
+		c.mu.idle[addr] = append(c.mu.idle[addr], cc)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	cc.c.Close()
+}
+
+// exchange sends req (and send) on cc and reads the reply into recv. keep
+// reports whether the connection is still in step for another request.
+// The context's deadline becomes the connection's; its cancellation
+// unblocks the transfer, which then fails and discards the connection.
+func (c *Client) exchange(ctx context.Context, cc *clientConn, req Request, send, recv [][]byte) (keep bool, err error) {
+	dl, _ := ctx.Deadline() // zero: none
+	if err := cc.c.SetDeadline(dl); err != nil {
+		return false, &ioError{err}
+	}
+	// A deadline in the past unblocks every pending read and write.
+	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(time.Unix(1, 0)) })
+	keep, err = c.transfer(cc.c, req, send, recv)
+	if !stop() {
+		// Cancelled or past the deadline: whatever the transfer saw, the
+		// connection may be mid-request.
+		return false, fmt.Errorf("datanet: %v: %w", req.Op, context.Cause(ctx))
+	}
+	var ioe *ioError
+	if errors.As(err, &ioe) && errors.Is(ioe.err, os.ErrDeadlineExceeded) && !dl.IsZero() {
+		// The connection's deadline, which is the context's, fired just
+		// before the context noticed.
+		return false, fmt.Errorf("datanet: %v: %w", req.Op, context.DeadlineExceeded)
+	}
+	return keep, err
+}
+
+// transfer is exchange without the context handling.
+func (c *Client) transfer(conn net.Conn, req Request, send, recv [][]byte) (keep bool, err error) {
+	var h [RequestSize]byte
+	req.Encode(&h)
+	out := make(net.Buffers, 0, 1+len(send))
+	out = append(out, h[:])
+	for _, b := range send {
+		if len(b) > 0 {
+			out = append(out, b)
+		}
+	}
+	if _, err := out.WriteTo(conn); err != nil {
+		return false, &ioError{err}
+	}
+	var rh [ReplySize]byte
+	if _, err := io.ReadFull(conn, rh[:]); err != nil {
+		return false, &ioError{err}
+	}
+	r, err := DecodeReply(&rh)
+	if err != nil {
+		return false, err
+	}
+	if r.Op != req.Op {
+		return false, fmt.Errorf("datanet: reply to %v for %v: %w", r.Op, req.Op, errs.ErrInvalid)
+	}
+	if r.Failed {
+		b := make([]byte, r.Length)
+		if _, err := io.ReadFull(conn, b); err != nil {
+			return false, &ioError{err}
+		}
+		return !r.Close, DecodeError(b)
+	}
+	want := uint64(0)
+	if req.Op == OpRead {
+		want = req.Length
+	}
+	if r.Length != want {
+		return false, fmt.Errorf("datanet: %v reply of %d bytes, want %d: %w", req.Op, r.Length, want, errs.ErrInvalid)
+	}
+	for _, b := range recv {
+		if _, err := io.ReadFull(conn, b); err != nil {
+			return false, &ioError{err}
+		}
+	}
+	return !r.Close, nil
+}
+
+// DecodeError turns the payload of an error reply back into the typed
+// error it was made from, with wire.FromStatus.
+func DecodeError(b []byte) error {
+	var sp spb.Status
+	if err := proto.Unmarshal(b, &sp); err != nil {
+		return fmt.Errorf("datanet: undecodable error reply: %v: %w", err, errs.ErrInvalid)
+	}
+	if codes.Code(sp.GetCode()) == codes.OK {
+		return fmt.Errorf("datanet: error reply with status OK: %w", errs.ErrInvalid)
+	}
+	return wire.FromStatus(status.ErrorProto(&sp))
+}

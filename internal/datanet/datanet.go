@@ -1,0 +1,217 @@
+// Package datanet is Shoal's bulk data path: a framed binary protocol on
+// plain TCP for chunk writes and reads, beside the gRPC API that carries
+// everything else (DESIGN.md, "Wire"; the measurement that chose it is in
+// docs/performance.md, "Data path: framed TCP and O_DIRECT").
+//
+// A connection carries one request at a time. A request is a fixed
+// RequestSize-byte header (Request), followed for OpWrite by Length bytes
+// of chunk data. The reply is a fixed ReplySize-byte header (Reply),
+// followed by Length bytes: the chunk data of a successful OpRead, or, for
+// a failed request, a google.rpc.Status protobuf made by internal/wire's
+// ToStatus, which the client turns back into the same typed error with
+// wire.FromStatus. All integers are little endian.
+//
+//	request:  0 magic "SHDQ" | 4 version u8 | 5 op u8 | 6 flags u16 (0)
+//	          8 extent u64 | 16 index u32 | 20 reserved u32 (0)
+//	          24 offset u64 | 32 length u64                       = 40 bytes
+//	reply:    0 magic "SHDR" | 4 version u8 | 5 op u8 | 6 status u8
+//	          7 flags u8 (bit 0: the server closes the connection)
+//	          8 length u64                                        = 16 bytes
+//
+// A server validates every header field before it allocates anything:
+// a bad magic closes the connection without a reply; an unknown version or
+// op, non-zero reserved fields or a length over MaxLength get an error
+// reply with the close flag, and the connection is closed (the server
+// cannot know how many payload bytes follow). Errors of the request itself
+// (a missing chunk, a checksum mismatch, no space) get an error reply and
+// leave the connection usable. A client closes, and never reuses, a
+// connection that saw an I/O or protocol error, a cancelled context, or a
+// reply with the close flag.
+//
+// The package imports no other Shoal package but internal/errs and
+// internal/wire: a server is given a Handler, and the client knows nothing
+// of OSTs beyond their data addresses.
+package datanet
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/shoalfs/shoal/internal/errs"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// Sizes of the fixed headers.
+const (
+	RequestSize = 40
+	ReplySize   = 16
+)
+
+// MaxLength is the largest payload of one request or reply: the largest
+// chunk an OST stores (ost.MaxChunkSize).
+const MaxLength = 64 << 20
+
+// MaxErrorLength bounds the encoded status of an error reply.
+const MaxErrorLength = 64 << 10
+
+// The magics open every request and reply header.
+const (
+	requestMagic = "SHDQ"
+	replyMagic   = "SHDR"
+)
+
+// Op is a request's operation.
+type Op uint8
+
+// Operations.
+const (
+	OpWrite Op = 1 // store Length bytes as chunk (Extent, Index); Offset must be 0
+	OpRead  Op = 2 // return bytes [Offset, Offset+Length) of chunk (Extent, Index)
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpWrite:
+		return "write"
+	case OpRead:
+		return "read"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Request is a decoded request header.
+type Request struct {
+	Op     Op
+	Extent uint64
+	Index  uint32
+	Offset uint64
+	Length uint64
+}
+
+// Encode writes r's header into b.
+func (r Request) Encode(b *[RequestSize]byte) {
+	copy(b[0:4], requestMagic)
+	b[4] = Version
+	b[5] = byte(r.Op)
+	binary.LittleEndian.PutUint16(b[6:8], 0)
+	binary.LittleEndian.PutUint64(b[8:16], r.Extent)
+	binary.LittleEndian.PutUint32(b[16:20], r.Index)
+	binary.LittleEndian.PutUint32(b[20:24], 0)
+	binary.LittleEndian.PutUint64(b[24:32], r.Offset)
+	binary.LittleEndian.PutUint64(b[32:40], r.Length)
+}
+
+// Validate checks the fields of a request that the protocol itself
+// constrains: a known op, a length of at most MaxLength, no offset on a
+// write and no overflow of Offset+Length. The meaning of the chunk id and
+// range is the handler's to check.
+func (r Request) Validate() error {
+	switch r.Op {
+	case OpWrite:
+		if r.Offset != 0 {
+			return fmt.Errorf("datanet: write at offset %d: writes store whole chunks: %w", r.Offset, errs.ErrInvalid)
+		}
+	case OpRead:
+		if r.Offset > ^uint64(0)-r.Length {
+			return fmt.Errorf("datanet: read of %d bytes at %d overflows: %w", r.Length, r.Offset, errs.ErrInvalid)
+		}
+	default:
+		return fmt.Errorf("datanet: unknown %v: %w", r.Op, errs.ErrNotSupported)
+	}
+	if r.Length > MaxLength {
+		return fmt.Errorf("datanet: %v of %d bytes, over %d: %w", r.Op, r.Length, MaxLength, errs.ErrTooLarge)
+	}
+	return nil
+}
+
+// hasRequestMagic reports whether b starts like a request of any version.
+func hasRequestMagic(b *[RequestSize]byte) bool { return string(b[0:4]) == requestMagic }
+
+// DecodeRequest decodes and validates a request header. Its errors wrap
+// the sentinel of internal/errs that the error reply carries:
+// errs.ErrInvalid for a bad magic or non-zero reserved fields,
+// errs.ErrNotSupported for another version or an unknown op,
+// errs.ErrTooLarge for a length over MaxLength. It never allocates more
+// than its error.
+func DecodeRequest(b *[RequestSize]byte) (Request, error) {
+	if !hasRequestMagic(b) {
+		return Request{}, fmt.Errorf("datanet: bad request magic %q: %w", b[0:4], errs.ErrInvalid)
+	}
+	if b[4] != Version {
+		return Request{}, fmt.Errorf("datanet: protocol version %d, this server speaks %d: %w", b[4], Version, errs.ErrNotSupported)
+	}
+	if f, res := binary.LittleEndian.Uint16(b[6:8]), binary.LittleEndian.Uint32(b[20:24]); f != 0 || res != 0 {
+		return Request{}, fmt.Errorf("datanet: reserved header fields set (flags %#x, %#x): %w", f, res, errs.ErrInvalid)
+	}
+	r := Request{
+		Op:     Op(b[5]),
+		Extent: binary.LittleEndian.Uint64(b[8:16]),
+		Index:  binary.LittleEndian.Uint32(b[16:20]),
+		Offset: binary.LittleEndian.Uint64(b[24:32]),
+		Length: binary.LittleEndian.Uint64(b[32:40]),
+	}
+	if err := r.Validate(); err != nil {
+		return Request{}, err
+	}
+	return r, nil
+}
+
+// Reply status values.
+const (
+	statusOK    = 0
+	statusError = 1
+)
+
+// replyClose is the reply flag telling the client that the server closes
+// the connection after this reply.
+const replyClose = 1
+
+// Reply is a decoded reply header.
+type Reply struct {
+	Op     Op
+	Failed bool   // the payload is an encoded google.rpc.Status
+	Close  bool   // the server closes the connection after this reply
+	Length uint64 // payload bytes that follow
+}
+
+// Encode writes r's header into b.
+func (r Reply) Encode(b *[ReplySize]byte) {
+	copy(b[0:4], replyMagic)
+	b[4] = Version
+	b[5] = byte(r.Op)
+	b[6] = statusOK
+	if r.Failed {
+		b[6] = statusError
+	}
+	b[7] = 0
+	if r.Close {
+		b[7] = replyClose
+	}
+	binary.LittleEndian.PutUint64(b[8:16], r.Length)
+}
+
+// DecodeReply decodes and validates a reply header: its magic, version,
+// status and flags, and a length within MaxLength (MaxErrorLength for an
+// error reply). Errors wrap errs.ErrInvalid.
+func DecodeReply(b *[ReplySize]byte) (Reply, error) {
+	if string(b[0:4]) != replyMagic {
+		return Reply{}, fmt.Errorf("datanet: bad reply magic %q: %w", b[0:4], errs.ErrInvalid)
+	}
+	if b[4] != Version {
+		return Reply{}, fmt.Errorf("datanet: reply version %d, want %d: %w", b[4], Version, errs.ErrInvalid)
+	}
+	if b[6] > statusError || b[7]&^replyClose != 0 {
+		return Reply{}, fmt.Errorf("datanet: reply status %d, flags %#x: %w", b[6], b[7], errs.ErrInvalid)
+	}
+	r := Reply{Op: Op(b[5]), Failed: b[6] == statusError, Close: b[7]&replyClose != 0, Length: binary.LittleEndian.Uint64(b[8:16])}
+	limit := uint64(MaxLength)
+	if r.Failed {
+		limit = MaxErrorLength
+	}
+	if r.Length > limit {
+		return Reply{}, fmt.Errorf("datanet: reply of %d bytes, over %d: %w", r.Length, limit, errs.ErrInvalid)
+	}
+	return r, nil
+}

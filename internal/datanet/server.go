@@ -1,0 +1,348 @@
+package datanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
+)
+
+// Handler serves the requests of a Server. Its errors wrap the sentinels
+// of internal/errs; they reach the client as the same typed errors.
+type Handler interface {
+	// WriteChunk stores data (req.Length bytes, Align-aligned) as chunk
+	// (req.Extent, req.Index) and returns when it is durable. data is the
+	// server's buffer, reused after the call.
+	WriteChunk(ctx context.Context, req Request, data []byte) error
+	// ReadChunk fills dst (req.Length bytes, Align-aligned) with bytes
+	// [req.Offset, req.Offset+req.Length) of chunk (req.Extent, req.Index),
+	// verified. dst is the server's buffer, sent after the call.
+	ReadChunk(ctx context.Context, req Request, dst []byte) error
+}
+
+// Defaults of ServerOptions.
+const (
+	DefaultIdleTimeout   = 5 * time.Minute
+	DefaultIOTimeout     = time.Minute
+	DefaultMaxBytesInUse = 512 << 20
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	Handler Handler      // required
+	Logger  *slog.Logger // nil discards
+	// IdleTimeout closes a connection that sends no request for this long.
+	IdleTimeout time.Duration
+	// IOTimeout bounds the transfer of one request's payload and of its
+	// reply.
+	IOTimeout time.Duration
+	// MaxBytesInUse bounds the payload buffers of all requests being
+	// served at once; a request waits for room before it allocates. At
+	// least MaxLength.
+	MaxBytesInUse int64
+	// Bufs recycles payload buffers; nil gives the server a pool of its own.
+	Bufs *BufPool
+}
+
+func (o *ServerOptions) setDefaults() error {
+	if o.Handler == nil {
+		return fmt.Errorf("datanet: ServerOptions.Handler is nil: %w", errs.ErrInvalid)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.IOTimeout <= 0 {
+		o.IOTimeout = DefaultIOTimeout
+	}
+	if o.MaxBytesInUse == 0 {
+		o.MaxBytesInUse = DefaultMaxBytesInUse
+	}
+	if o.MaxBytesInUse < MaxLength {
+		return fmt.Errorf("datanet: MaxBytesInUse %d is below MaxLength: %w", o.MaxBytesInUse, errs.ErrInvalid)
+	}
+	if o.Bufs == nil {
+		o.Bufs = &BufPool{}
+	}
+	return nil
+}
+
+// Server serves the data protocol on one listener. Each connection has
+// its own goroutine, which serves its requests one at a time.
+//
+// Lock order: Server.mu before serverConn.mu.
+type Server struct {
+	opts   ServerOptions
+	log    *slog.Logger
+	lis    net.Listener
+	budget *semaphore.Weighted // bytes of payload buffers in use
+	ctx    context.Context     // of every request; cancelled when Close gives up waiting
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the accept loop and every connection goroutine
+
+	mu struct {
+		sync.Mutex
+		closing bool
+		conns   map[*serverConn]struct{}
+	}
+}
+
+// serverConn is one accepted connection.
+type serverConn struct {
+	c  net.Conn
+	mu struct {
+		sync.Mutex
+		busy   bool // a request is being served
+		closed bool // closed by Shutdown while idle
+	}
+}
+
+// Serve starts serving lis in the background. The Server owns lis from
+// then on and closes it in Shutdown.
+func Serve(lis net.Listener, o ServerOptions) (*Server, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{opts: o, log: o.Logger, lis: lis, budget: semaphore.NewWeighted(o.MaxBytesInUse), ctx: ctx, cancel: cancel}
+	s.mu.conns = map[*serverConn]struct{}{}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := s.lis.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.mu.closing
+			s.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A transient failure (EMFILE, ...): back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("data path: accept", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		sc := &serverConn{c: c}
+		s.mu.Lock()
+		if s.mu.closing {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.mu.conns[sc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(sc)
+	}
+}
+
+// Shutdown stops accepting connections, closes the idle ones, and waits
+// for the requests being served to finish and their connections to close.
+// When ctx ends first it closes every connection, cancels the requests'
+// context and waits for them to return.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.mu.closing = true
+	for sc := range s.mu.conns {
+		sc.mu.Lock()
+		if !sc.mu.busy {
+			sc.mu.closed = true
+			sc.c.Close()
+		}
+		sc.mu.Unlock()
+	}
+	s.mu.Unlock()
+	err := s.lis.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.cancel()
+		return err
+	case <-ctx.Done():
+	}
+	s.Close()
+	return ctx.Err()
+}
+
+// Close closes the listener and every connection at once, as a crash
+// would, and waits for the connection goroutines to return.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.mu.closing = true
+	for sc := range s.mu.conns {
+		sc.c.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	err := s.lis.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) serveConn(sc *serverConn) {
+	defer s.wg.Done()
+	defer func() {
+		sc.c.Close()
+		s.mu.Lock()
+		delete(s.mu.conns, sc)
+		s.mu.Unlock()
+	}()
+	if tc, ok := sc.c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	var hdr [RequestSize]byte
+	for {
+		sc.c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+		if _, err := io.ReadFull(sc.c, hdr[:]); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("data path: connection closed", "remote", sc.c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		sc.mu.Lock()
+		if sc.mu.closed {
+			sc.mu.Unlock()
+			return
+		}
+		sc.mu.busy = true
+		sc.mu.Unlock()
+
+		keep := s.serveRequest(sc.c, &hdr)
+
+		// Idle first, then look for a Shutdown: one that saw this
+		// connection busy left it to be closed here.
+		sc.mu.Lock()
+		sc.mu.busy = false
+		sc.mu.Unlock()
+		s.mu.Lock()
+		closing := s.mu.closing
+		s.mu.Unlock()
+		if !keep || closing {
+			return
+		}
+	}
+}
+
+// serveRequest serves the request whose header is in hdr and reports
+// whether the connection can carry another one.
+func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte) (keep bool) {
+	if !hasRequestMagic(hdr) {
+		s.log.Warn("data path: bad magic; closing the connection", "remote", c.RemoteAddr().String())
+		return false
+	}
+	c.SetDeadline(time.Now().Add(s.opts.IOTimeout))
+	req, err := DecodeRequest(hdr)
+	if err != nil {
+		// The payload's length cannot be trusted: reply, then close.
+		s.log.Warn("data path: bad request header; closing the connection", "remote", c.RemoteAddr().String(), "err", err)
+		s.replyError(c, Op(hdr[5]), err, true)
+		return false
+	}
+	n := int(req.Length)
+	if err := s.budget.Acquire(s.ctx, int64(n)); err != nil {
+		return false // closing
+	}
+	defer s.budget.Release(int64(n))
+	buf := s.opts.Bufs.Get(n)
+	defer s.opts.Bufs.Put(buf)
+
+	switch req.Op {
+	case OpWrite:
+		if _, err := io.ReadFull(c, buf); err != nil {
+			s.log.Debug("data path: write payload", "remote", c.RemoteAddr().String(), "err", err)
+			return false
+		}
+		err := s.opts.Handler.WriteChunk(s.ctx, req, buf)
+		// The handler may take long (fsync); the reply gets a fresh bound.
+		c.SetWriteDeadline(time.Now().Add(s.opts.IOTimeout))
+		if err != nil {
+			return s.replyError(c, req.Op, err, false)
+		}
+		return s.reply(c, Reply{Op: req.Op}, nil)
+	default: // OpRead: Validate knows no other op
+		err := s.opts.Handler.ReadChunk(s.ctx, req, buf)
+		c.SetWriteDeadline(time.Now().Add(s.opts.IOTimeout))
+		if err != nil {
+			return s.replyError(c, req.Op, err, false)
+		}
+		return s.reply(c, Reply{Op: req.Op, Length: req.Length}, buf)
+	}
+}
+
+// reply sends a reply header and its payload in one writev.
+func (s *Server) reply(c net.Conn, r Reply, payload []byte) bool {
+	var h [ReplySize]byte
+	r.Encode(&h)
+	bufs := net.Buffers{h[:]}
+	if len(payload) > 0 {
+		bufs = append(bufs, payload)
+	}
+	if _, err := bufs.WriteTo(c); err != nil {
+		s.log.Debug("data path: reply", "remote", c.RemoteAddr().String(), "err", err)
+		return false
+	}
+	return !r.Close
+}
+
+// replyError sends err as an error reply: the google.rpc.Status that
+// wire.ToStatus makes of it.
+func (s *Server) replyError(c net.Conn, op Op, err error, closing bool) bool {
+	b, merr := EncodeError(err)
+	if merr != nil {
+		s.log.Warn("data path: encode error reply", "err", merr)
+		return false
+	}
+	return s.reply(c, Reply{Op: op, Failed: true, Close: closing, Length: uint64(len(b))}, b)
+}
+
+// EncodeError encodes err as the payload of an error reply: the
+// google.rpc.Status proto of wire.ToStatus(err), its message cut so that
+// the whole fits in MaxErrorLength.
+func EncodeError(err error) ([]byte, error) {
+	sp := status.Convert(wire.ToStatus(err)).Proto()
+	if len(sp.GetMessage()) > MaxErrorLength/2 {
+		sp.Message = sp.GetMessage()[:MaxErrorLength/2] + "..."
+	}
+	b, merr := proto.Marshal(sp)
+	if merr != nil {
+		return nil, merr
+	}
+	if len(b) > MaxErrorLength {
+		return nil, fmt.Errorf("datanet: error status of %d bytes: %w", len(b), errs.ErrTooLarge)
+	}
+	return b, nil
+}

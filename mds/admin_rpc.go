@@ -1,0 +1,297 @@
+package mds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/ost/ostpb"
+)
+
+// RPCs of the administration worker (admin_worker.go): jobs, rebalance
+// plans and bad-chunk reports.
+
+func validJobKind(kind string) error {
+	switch kind {
+	case JobRepair, JobDrain, JobRebalance, JobScrub:
+		return nil
+	}
+	return fmt.Errorf("job kind %q (repair, drain, rebalance, scrub): %w", kind, errs.ErrInvalid)
+}
+
+// StartJob starts a job, or resumes a stopped one (keeping its progress;
+// non-zero parameters of the request replace the stored ones). A running
+// job is returned as it is.
+func (s *Server) StartJob(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.AdminJob, err error) {
+	done, err := s.start("startjob")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	return s.startJob(req)
+}
+
+func (s *Server) startJob(req *mdspb.StartJobRequest) (*mdspb.AdminJob, error) {
+	if err := validJobKind(req.GetKind()); err != nil {
+		return nil, err
+	}
+	if req.GetThresholdPct() < 0 || req.GetThresholdPct() > 100 {
+		return nil, fmt.Errorf("threshold %v%% (0..100): %w", req.GetThresholdPct(), errs.ErrInvalid)
+	}
+	params := proto.Clone(req).(*mdspb.StartJobRequest)
+	if params.Kind == JobRepair && len(params.Osts) == 0 {
+		// Every OST down now is lost for this repair.
+		for _, o := range s.listOsts() {
+			if !o.Up && o.State != StateRemoved {
+				params.Osts = append(params.Osts, o.Id)
+			}
+		}
+	}
+	j, err := s.updateJob(req.GetKind(), func(j *mdspb.AdminJob) {
+		switch j.State {
+		case JobRunning:
+			return
+		case JobStopped:
+			p := j.Params
+			if p == nil {
+				p = &mdspb.StartJobRequest{Kind: j.Kind}
+			}
+			if params.ThresholdPct != 0 {
+				p.ThresholdPct = params.ThresholdPct
+			}
+			if params.MaxBandwidth != 0 {
+				p.MaxBandwidth = params.MaxBandwidth
+			}
+			if len(params.Osts) > 0 {
+				p.Osts = params.Osts
+			}
+			j.Params, j.State, j.Error = p, JobRunning, ""
+			return
+		}
+		*j = mdspb.AdminJob{Kind: j.Kind, State: JobRunning, Params: params, StartedNs: s.now()}
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("admin job started", "job", j.Kind, "state", j.State)
+	s.kickAdmin()
+	return j, nil
+}
+
+// StopJob stops a running job after its current batch; StartJob resumes it.
+func (s *Server) StopJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
+	done, err := s.start("stopjob")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validJobKind(req.GetKind()); err != nil {
+		return nil, err
+	}
+	return s.updateJob(req.GetKind(), func(j *mdspb.AdminJob) {
+		if j.State == JobRunning {
+			j.State = JobStopped
+		}
+	})
+}
+
+// GetJob returns the state of a job kind ("idle" if it never ran).
+func (s *Server) GetJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
+	done, err := s.start("getjob")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if err := validJobKind(req.GetKind()); err != nil {
+		return nil, err
+	}
+	return s.loadJob(req.GetKind())
+}
+
+// PlanRebalance returns the plan a rebalance would run now, without
+// running it.
+func (s *Server) PlanRebalance(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.RebalancePlan, err error) {
+	done, err := s.start("planrebalance")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	thr := req.GetThresholdPct()
+	if thr < 0 || thr > 100 {
+		return nil, fmt.Errorf("threshold %v%% (0..100): %w", thr, errs.ErrInvalid)
+	}
+	if thr == 0 {
+		thr = 5
+	}
+	ov := s.ostView()
+	_, view, err := s.committedExtents()
+	if err != nil {
+		return nil, err
+	}
+	pv := planView{extents: view, load: loadOf(view), dest: ov.dest}
+	plan := planRebalance(pv, thr)
+	out := &mdspb.RebalancePlan{Moves: uint64(len(plan.moves))}
+	ids := sortedIDs(ov.dest)
+	chunksOn := map[uint32]uint64{}
+	for _, e := range view {
+		for _, o := range e.osts {
+			chunksOn[o]++
+		}
+	}
+	for _, id := range ids {
+		out.Osts = append(out.Osts, &mdspb.OstLoad{Id: id, Bytes: plan.before[id], After: plan.after[id], Chunks: chunksOn[id]})
+	}
+	sort.Slice(out.Osts, func(a, b int) bool { return out.Osts[a].Id < out.Osts[b].Id })
+	for i, m := range plan.moves {
+		out.Bytes += m.bytes
+		if i < 20 {
+			out.Sample = append(out.Sample, &mdspb.ChunkMove{Extent: m.extent, Index: m.index, From: m.from, To: m.to, Bytes: m.bytes})
+		}
+	}
+	out.ImbalancePct = spread(plan.before, ids)
+	out.ImbalanceAfterPct = spread(plan.after, ids)
+	return out, nil
+}
+
+// ReportCorrupt queues chunks found bad (by an OST's scrubber, or a
+// client) for the worker, which rebuilds them from the other chunks of
+// their extent.
+func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequest) (_ *mdspb.Empty, err error) {
+	done, err := s.start("reportcorrupt")
+	if err != nil {
+		return nil, err
+	}
+	defer done(&err)
+	if len(req.GetChunks()) > 10000 {
+		return nil, fmt.Errorf("report of %d chunks (at most 10000): %w", len(req.GetChunks()), errs.ErrInvalid)
+	}
+	err = s.update(func(t *txn) error {
+		for _, b := range req.GetChunks() {
+			if b.GetExtent() == 0 {
+				return fmt.Errorf("bad chunk of extent 0: %w", errs.ErrInvalid)
+			}
+			rec := proto.Clone(b).(*mdspb.BadChunk)
+			if rec.Ost == 0 {
+				rec.Ost = req.GetOst()
+			}
+			if rec.ReportedNs == 0 {
+				rec.ReportedNs = t.now
+			}
+			if len(rec.Reason) > 512 {
+				rec.Reason = rec.Reason[:512]
+			}
+			if _, err := getValue(t.b, badKey(rec.Extent, rec.Index)); err == nil {
+				continue // queued already
+			} else if !errors.Is(err, errs.ErrNotFound) {
+				return err
+			}
+			v, err := proto.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			if err := t.b.Set(badKey(rec.Extent, rec.Index), v, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Warn("corrupt chunks reported", "ost", req.GetOst(), "count", len(req.GetChunks()))
+	s.kickAdmin()
+	return &mdspb.Empty{}, nil
+}
+
+// scrubRound drives a scrub job: the first round asks every up OST for a
+// pass; later rounds collect their status. The job is done when every OST
+// finished its pass and every bad chunk found was rebuilt.
+func (s *Server) scrubRound(ctx context.Context) error {
+	job, err := s.loadJob(JobScrub)
+	if err != nil || job.State != JobRunning {
+		return err
+	}
+	ov := s.ostView()
+	start := job.Passes == 0
+	var osts []uint32
+	if start {
+		for _, id := range sortedIDs(ov.up) {
+			osts = append(osts, id)
+		}
+	} else {
+		osts = job.GetParams().GetOsts()
+	}
+	var checked, nbytes, corrupt uint64
+	running := uint32(0)
+	var lastErr error
+	for _, id := range osts {
+		if !ov.up[id] {
+			lastErr = fmt.Errorf("OST %d is down", id)
+			continue
+		}
+		c, err := s.adminOst(id)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
+		st, err := c.Scrub(cctx, &ostpb.ScrubRequest{Start: start, Rate: job.GetParams().GetScrubRate()})
+		cancel()
+		if err != nil {
+			lastErr = fmt.Errorf("scrub OST %d: %w", id, err)
+			if start {
+				continue
+			}
+			running++ // unknown: count as not finished
+			continue
+		}
+		if st.Running {
+			running++
+		}
+		checked += st.ChunksChecked
+		nbytes += st.BytesChecked
+		corrupt += st.Corrupt
+	}
+	left, retrying := 0, 0
+	err = scan(s.db, []byte{prefixBad}, func(k, _ []byte) (bool, error) {
+		left++
+		if _, ok := s.admin.badRetry[string(k)]; ok {
+			retrying++
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.updateJob(JobScrub, func(j *mdspb.AdminJob) {
+		if j.State != JobRunning {
+			return
+		}
+		if start {
+			if j.Params == nil {
+				j.Params = &mdspb.StartJobRequest{Kind: JobScrub}
+			}
+			j.Params.Osts = osts
+			j.Passes = 1
+		}
+		j.ScrubbedChunks, j.ScrubbedBytes, j.CorruptFound, j.OstsScrubbing = checked, nbytes, corrupt, running
+		j.PlannedChunks, j.DoneChunks = corrupt, corrupt-min(corrupt, uint64(left))
+		if lastErr != nil {
+			j.Error = lastErr.Error()
+		}
+		switch {
+		case start || running > 0:
+		case left == 0:
+			j.State, j.FinishedNs = JobDone, s.now()
+		case left == retrying:
+			j.State, j.FinishedNs = JobFailed, s.now()
+			j.Error = fmt.Sprintf("%d bad chunks could not be rebuilt", left)
+		}
+	})
+	return err
+}

@@ -1,0 +1,551 @@
+package mds
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+)
+
+// RaftOptions make the MDS one member of a replicated group
+// (docs/mds-raft.md). Options.Raft nil is a single MDS with no Raft at all.
+type RaftOptions struct {
+	// ID is this member's id (1, 2, 3...), unique in the group, never reused.
+	ID uint64
+	// Peers maps every initial member's id to its address, this member
+	// included. It is read on the first start only (an empty Raft log);
+	// afterwards the configuration is in the log and in "P" keys.
+	Peers map[uint64]string
+	// Join starts a member that is not in Peers' configuration: it waits
+	// to be added (shoal admin mds add) and catches up from a snapshot.
+	Join bool
+	// TickInterval is the Raft clock; default 50ms. ElectionTicks (default
+	// 10) and HeartbeatTicks (default 1) are counted in it.
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	// SnapshotEntries: the log is compacted (a snapshot taken at the
+	// applied index) every this many applied entries; default 10000.
+	// KeepEntries are kept behind it for followers a little behind;
+	// default 5000.
+	SnapshotEntries uint64
+	KeepEntries     uint64
+}
+
+func (o *RaftOptions) withDefaults() (RaftOptions, error) {
+	c := *o
+	if c.ID == 0 {
+		return c, fmt.Errorf("mds: Raft.ID must not be 0: %w", errs.ErrInvalid)
+	}
+	if !c.Join {
+		if _, ok := c.Peers[c.ID]; !ok {
+			return c, fmt.Errorf("mds: Raft.Peers does not name this member (%d): %w", c.ID, errs.ErrInvalid)
+		}
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = 50 * time.Millisecond
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks <= 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = 10000
+	}
+	if c.KeepEntries == 0 {
+		c.KeepEntries = 5000
+	}
+	return c, nil
+}
+
+// replica is the Raft side of a replicated MDS: the etcd raft.Node, the
+// loop that persists, sends and applies its Ready batches, the leader's
+// overlay of proposed but not yet applied batches, and the waiters of
+// proposals.
+//
+// A mutation on the leader (propose) runs under Server.mu as in a single
+// MDS, but its txn reads and writes the overlay batch (ov), which holds
+// every batch this leader proposed in its term on top of the applied
+// state; the txn's own writes (the tail of ov) become the Raft entry. So
+// mutations pipeline: the next one does not wait for the previous one's
+// round trip. Every member applies committed entries in log order to
+// Pebble, with the applied index in the same batch (apply.go).
+//
+// Entry data: version(1) + term(8) + proposal id(8) + Pebble batch repr.
+// The term is the leader term the batch was computed in; an entry whose
+// Raft term differs (a batch proposed by a leader that had just lost its
+// term, appended by a later term) is skipped by every member, so that only
+// batches computed over exactly the log before them are applied.
+//
+// Lock order: Server.mu before replica.mu.
+type replica struct {
+	s     *Server
+	o     RaftOptions
+	log   *slog.Logger
+	node  raft.Node
+	store *raftLog
+	net   *peerNet
+
+	stop          chan struct{}
+	done          chan struct{}
+	ctx           context.Context // canceled by close
+	stopCtxCancel context.CancelFunc
+
+	// Owned by the Ready loop.
+	confState    *rpb.ConfState
+	snapIndex    uint64 // index of the last compaction
+	lastHardTerm uint64
+
+	mu struct {
+		sync.Mutex
+		role        raft.StateType
+		leader      uint64
+		term        uint64
+		applied     uint64
+		appliedTerm uint64
+		commit      uint64
+		members     map[uint64]string
+		// serving: this member leads in term servingTerm and has applied
+		// every entry before its term; only then does it take calls.
+		serving     bool
+		servingTerm uint64
+		formatted   bool            // the applied state has a format version
+		termCtx     context.Context // canceled when the term it serves ends
+		termCancel  context.CancelFunc
+		waiters     map[uint64]chan error // proposal id -> outcome
+		nextProp    uint64
+		pending     []pendingProp // proposed in servingTerm, not applied yet, in order
+	}
+
+	// ov is the overlay batch: an indexed batch on the database holding
+	// the pending proposals (and some applied ones). Guarded by Server.mu.
+	ov      *pebble.Batch
+	ovTerm  uint64
+	removed bool // this member was removed from the group
+}
+
+type pendingProp struct {
+	id   uint64
+	repr []byte
+}
+
+const entryVersion = 1
+
+func encodeEntry(term, id uint64, repr []byte) []byte {
+	b := make([]byte, 17, 17+len(repr))
+	b[0] = entryVersion
+	binary.BigEndian.PutUint64(b[1:], term)
+	binary.BigEndian.PutUint64(b[9:], id)
+	return append(b, repr...)
+}
+
+func decodeEntry(d []byte) (term, id uint64, repr []byte, err error) {
+	if len(d) < 17+12 || d[0] != entryVersion {
+		return 0, 0, nil, fmt.Errorf("mds: raft entry of %d bytes, version %d: %w", len(d), d[0], errs.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(d[1:]), binary.BigEndian.Uint64(d[9:]), d[17:], nil
+}
+
+// raftLogger sends etcd raft's log to slog.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)                 { r.l.Debug(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Debugf(f string, v ...any)      { r.l.Debug(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Error(v ...any)                 { r.l.Error(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Errorf(f string, v ...any)      { r.l.Error(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Info(v ...any)                  { r.l.Info(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Infof(f string, v ...any)       { r.l.Info(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Warningf(f string, v ...any)    { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Fatal(v ...any)                 { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)      { r.Fatal(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)                 { r.Fatal(v...) }
+func (r raftLogger) Panicf(f string, v ...any)      { r.Fatal(fmt.Sprintf(f, v...)) }
+func (r raftLogger) With(...any) raft.Logger        { return r }
+func (r raftLogger) WithContext(string) raft.Logger { return r }
+
+// startReplica opens the Raft log and starts the node and its loop. The
+// state machine (s.db) is open; its applied index says where to resume.
+func (s *Server) startReplica(o RaftOptions) error {
+	r := &replica{s: s, o: o, log: s.log.With("member", o.ID), stop: make(chan struct{}), done: make(chan struct{})}
+	r.ctx, r.stopCtxCancel = context.WithCancel(context.Background())
+	r.mu.members = map[uint64]string{}
+	r.mu.waiters = map[uint64]chan error{}
+	store, fresh, err := openRaftLog(s.o.FS, s.o.Dir, pebbleLogger{s.log})
+	if err != nil {
+		return err
+	}
+	r.store = store
+	if v, err := getValue(s.db, appliedKey()); err == nil {
+		idx, term, ok := decodeApplied(v)
+		if !ok {
+			store.close()
+			return fmt.Errorf("mds: malformed applied index %x: %w", v, errs.ErrCorrupt)
+		}
+		if idx == 0 && term == snapInstalling {
+			store.close()
+			return fmt.Errorf("mds: a snapshot install was interrupted in %s: remove this member's directory and add it again: %w", s.o.Dir, errs.ErrCorrupt)
+		}
+		r.mu.applied, r.mu.appliedTerm = idx, term
+	}
+	if err := scan(s.db, []byte{prefixMember}, func(k, v []byte) (bool, error) {
+		r.mu.members[binary.BigEndian.Uint64(k[1:])] = string(v)
+		return true, nil
+	}); err != nil {
+		store.close()
+		return err
+	}
+	for id, a := range o.Peers {
+		if _, ok := r.mu.members[id]; !ok {
+			r.mu.members[id] = a
+		}
+	}
+	snap, _ := store.mem.Snapshot()
+	r.snapIndex = snap.GetMetadata().GetIndex()
+	r.confState = proto.Clone(rpb.EnsureConfState(snap.GetMetadata().GetConfState())).(*rpb.ConfState)
+	if r.mu.applied < r.snapIndex {
+		store.close()
+		return fmt.Errorf("mds: state machine at index %d is behind the raft snapshot at %d: %w", r.mu.applied, r.snapIndex, errs.ErrCorrupt)
+	}
+	cfg := &raft.Config{
+		ID:                        o.ID,
+		ElectionTick:              o.ElectionTicks,
+		HeartbeatTick:             o.HeartbeatTicks,
+		Storage:                   store.mem,
+		Applied:                   r.mu.applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  8 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlyLeaseBased,
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{s.log},
+	}
+	r.net = newPeerNet(r)
+	switch {
+	case fresh && !o.Join:
+		// The log cannot start below the state machine.
+		if r.mu.applied > 0 {
+			store.close()
+			return fmt.Errorf("mds: empty raft log but the database is at index %d: %w", r.mu.applied, errs.ErrCorrupt)
+		}
+		ids := make([]uint64, 0, len(o.Peers))
+		for id := range o.Peers {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		peers := make([]raft.Peer, 0, len(ids))
+		for _, id := range ids {
+			peers = append(peers, raft.Peer{ID: id, Context: []byte(o.Peers[id])})
+		}
+		r.node = raft.StartNode(cfg, peers)
+	default:
+		r.node = raft.RestartNode(cfg)
+	}
+	s.log.Info("mds raft member started", "member", o.ID, "applied", r.mu.applied, "fresh", fresh, "members", len(r.mu.members))
+	s.raft = r
+	go r.run()
+	return nil
+}
+
+// snapInstalling in the applied key's term field (with index 0) marks a
+// state machine being replaced by a snapshot.
+const snapInstalling = ^uint64(0)
+
+// run is the Ready loop: persist, install snapshot, send, apply, advance.
+func (r *replica) run() {
+	defer close(r.done)
+	t := time.NewTicker(r.o.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.node.Tick()
+		case rd := <-r.node.Ready():
+			if err := r.handle(rd); err != nil {
+				// A member that cannot persist or apply must stop: its
+				// state would diverge. It stops serving; the others go on.
+				r.log.Error("raft member stopped", "err", err)
+				r.stepDown()
+				<-r.stop
+				return
+			}
+			r.node.Advance()
+		}
+	}
+}
+
+func (r *replica) handle(rd raft.Ready) error {
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		r.mu.Lock()
+		r.mu.term = rd.HardState.GetTerm()
+		r.mu.commit = rd.HardState.GetCommit()
+		r.mu.Unlock()
+	}
+	if rd.SoftState != nil {
+		r.mu.Lock()
+		was := r.mu.role
+		r.mu.role, r.mu.leader = rd.SoftState.RaftState, rd.SoftState.Lead
+		r.mu.Unlock()
+		if was != rd.SoftState.RaftState {
+			r.log.Info("mds raft role", "role", rd.SoftState.RaftState.String(), "leader", rd.SoftState.Lead)
+		}
+	}
+	// A leader that is no longer one (or leads a new term) stops serving
+	// before anything of the new term is applied.
+	r.mu.Lock()
+	lost := r.mu.serving && (r.mu.role != raft.StateLeader || r.mu.term != r.mu.servingTerm)
+	r.mu.Unlock()
+	if lost {
+		r.stepDown()
+	}
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		if err := r.installSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	if err := r.store.save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
+		return err
+	}
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		r.confState = proto.Clone(rpb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*rpb.ConfState)
+		r.snapIndex = rd.Snapshot.GetMetadata().GetIndex()
+	}
+	r.net.send(rd.Messages)
+	if err := r.applyEntries(rd.CommittedEntries); err != nil {
+		return err
+	}
+	return r.maybeCompact()
+}
+
+// stepDown ends this member's service as leader: proposals in flight fail
+// with ErrNotLeader (they may still commit; a retry with the same request
+// id finds them applied), the overlay is dropped.
+func (r *replica) stepDown() {
+	r.mu.Lock()
+	if r.mu.termCancel != nil {
+		r.mu.termCancel()
+	}
+	r.mu.Unlock()
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.mu.serving {
+		return
+	}
+	r.log.Info("mds raft leader stops serving", "term", r.mu.servingTerm)
+	r.mu.serving = false
+	for id, w := range r.mu.waiters {
+		w <- r.notLeaderLocked()
+		delete(r.mu.waiters, id)
+	}
+	r.mu.pending = nil
+	if r.ov != nil {
+		r.ov.Close()
+		r.ov = nil
+	}
+}
+
+// startServing opens the gate of a leader that has applied every entry
+// before its term: fresh overlay, in-memory tables reloaded from the
+// applied state (as after a restart: sessions start over, OSTs are seen
+// by their next heartbeat).
+func (r *replica) startServing(term uint64) error {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if err := r.s.reloadForLeader(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.role != raft.StateLeader || r.mu.term != term {
+		return nil
+	}
+	r.ov = r.s.db.NewIndexedBatch()
+	r.ovTerm = term
+	r.mu.pending = nil
+	_, verr := getValue(r.s.db, versionKey())
+	r.mu.formatted = verr == nil
+	if !r.mu.formatted {
+		go r.formatReplicated()
+	}
+	r.mu.serving, r.mu.servingTerm = true, term
+	r.mu.termCtx, r.mu.termCancel = context.WithCancel(context.Background())
+	r.log.Info("mds raft leader serving", "term", term, "applied", r.mu.applied)
+	return nil
+}
+
+// notLeaderLocked is the error of a call this member cannot serve, with
+// the leader's address when one is known. r.mu is held.
+func (r *replica) notLeaderLocked() error {
+	e := &errs.NotLeaderError{}
+	if r.mu.leader != 0 && r.mu.leader != r.o.ID {
+		e.Leader = r.mu.members[r.mu.leader]
+	}
+	return e
+}
+
+// serving reports whether this member takes calls now; if not, the error
+// to answer with.
+func (r *replica) check() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.serving && r.mu.formatted {
+		return nil
+	}
+	return r.notLeaderLocked()
+}
+
+func (r *replica) stopCtx() context.Context { return r.ctx }
+
+func (r *replica) leading() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.serving
+}
+
+// propose runs fn as one mutation on the leader: under Server.mu, over
+// the overlay; its writes are proposed as one entry, and propose returns
+// once the entry is applied here (so every later read sees it), or fails
+// with ErrNotLeader when the term ends first. reqID, when set, makes the
+// mutation happen at most once: a batch with the same id applied before
+// (or pending) makes propose return errDuplicate without running fn.
+func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) error) error {
+	s := r.s
+	s.mu.Lock()
+	r.mu.Lock()
+	if !r.mu.serving || r.ov == nil {
+		err := r.notLeaderLocked()
+		r.mu.Unlock()
+		s.mu.Unlock()
+		return err
+	}
+	term, termCtx := r.mu.servingTerm, r.mu.termCtx
+	r.mu.Unlock()
+
+	ov := r.ov
+	beforeLen, beforeCount := len(ov.Repr()), ov.Count()
+	t := &txn{s: s, b: ov, now: s.now(), inodes: make(map[uint64]*cachedInode), refs: make(map[uint64]*refDelta)}
+	err := r.runTxn(t, reqID, fn)
+	if err != nil || ov.Count() == beforeCount {
+		if ov.Count() != beforeCount {
+			if rerr := r.rebuildOverlay(); rerr != nil {
+				s.mu.Unlock()
+				return rerr
+			}
+		}
+		s.mu.Unlock()
+		return err
+	}
+	repr := make([]byte, 12, 12+len(ov.Repr())-beforeLen)
+	binary.LittleEndian.PutUint32(repr[8:], ov.Count()-beforeCount)
+	repr = append(repr, ov.Repr()[beforeLen:]...)
+
+	r.mu.Lock()
+	r.mu.nextProp++
+	id := r.mu.nextProp
+	w := make(chan error, 1)
+	r.mu.waiters[id] = w
+	r.mu.pending = append(r.mu.pending, pendingProp{id: id, repr: repr})
+	r.mu.Unlock()
+	if err := r.node.Propose(termCtx, encodeEntry(term, id, repr)); err != nil {
+		// Not appended: take it out of the overlay again.
+		r.mu.Lock()
+		delete(r.mu.waiters, id)
+		if n := len(r.mu.pending); n > 0 && r.mu.pending[n-1].id == id {
+			r.mu.pending = r.mu.pending[:n-1]
+		}
+		nl := r.notLeaderLocked()
+		r.mu.Unlock()
+		if rerr := r.rebuildOverlay(); rerr != nil {
+			r.log.Error("rebuild overlay", "err", rerr)
+		}
+		s.mu.Unlock()
+		return fmt.Errorf("propose: %v: %w", err, nl)
+	}
+	if ov.Len() > overlayMaxBytes {
+		if err := r.rebuildOverlay(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case err := <-w:
+		return err
+	case <-ctx.Done():
+		// The entry may still be applied; the caller's retry (same
+		// request id) will find out.
+		return ctx.Err()
+	}
+}
+
+// overlayMaxBytes bounds the overlay: past it, it is rebuilt from the
+// proposals still pending.
+const overlayMaxBytes = 4 << 20
+
+// rebuildOverlay makes a new overlay of the pending proposals. Server.mu
+// is held. An entry leaves pending only after it is in the database, so
+// nothing is missed; one that is in both is the same writes twice.
+func (r *replica) rebuildOverlay() error {
+	if r.ov != nil {
+		r.ov.Close()
+	}
+	r.ov = r.s.db.NewIndexedBatch()
+	r.mu.Lock()
+	pend := append([]pendingProp(nil), r.mu.pending...)
+	r.mu.Unlock()
+	for _, p := range pend {
+		if err := applyRepr(r.s.db, r.ov, p.repr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyRepr appends the writes of a batch representation to b.
+func applyRepr(db *pebble.DB, b *pebble.Batch, repr []byte) error {
+	tmp := db.NewBatch()
+	if err := tmp.SetRepr(append([]byte(nil), repr...)); err != nil {
+		return fmt.Errorf("mds: raft entry: %v: %w", err, errs.ErrCorrupt)
+	}
+	err := b.Apply(tmp, nil)
+	tmp.Close()
+	return err
+}
+
+// close stops the loop, the node and the transport, and closes the log.
+func (r *replica) close() error {
+	r.stopCtxCancel()
+	close(r.stop)
+	<-r.done
+	r.node.Stop()
+	r.net.close()
+	r.stepDown()
+	if r.ov != nil {
+		r.ov.Close()
+		r.ov = nil
+	}
+	return r.store.close()
+}
+
+// errDuplicate: a mutation with this request id was applied already.
+var errDuplicate = errors.New("mds: request already applied")
