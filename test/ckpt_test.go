@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -828,16 +829,13 @@ func TestCkptMountProtocol(t *testing.T) {
 	// (8-byte alignment), a DCP-style metadata file and a blob.
 	w := ckptRand(11, 3<<20)
 	b := ckptRand(12, 4000)
-	h, enc, err := safetensors.Layout(map[string]string{"format": "pt"}, []safetensors.Spec{
-		{Name: "w", DType: safetensors.BF16, Shape: []int64{1024, 1536}},
-		{Name: "b", DType: safetensors.F32, Shape: []int64{1000}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := append(append(append([]byte{}, enc...), w...), b...)
-	if int64(len(file)) != h.FileSize() {
-		t.Fatal("layout")
+	js := `{"__metadata__":{"format":"pt"},"w":{"dtype":"BF16","shape":[1024,1536],"data_offsets":[0,3145728]},` +
+		`"b":{"dtype":"F32","shape":[1000],"data_offsets":[3145728,3149728]}}`
+	js += strings.Repeat(" ", (8-len(js)%8)%8)
+	file := binary.LittleEndian.AppendUint64(nil, uint64(len(js)))
+	file = append(append(append(file, js...), w...), b...)
+	if h, err := safetensors.Decode(file, int64(len(file))); err != nil || h.DataStart()%4096 == 0 {
+		t.Fatalf("hand-built file: %v", err)
 	}
 	for name, data := range map[string][]byte{"model.safetensors": file, ".metadata": []byte("dcp metadata"), "extra_state.pt": ckptRand(13, 777)} {
 		if err := os.WriteFile(filepath.Join(stage, name), data, 0o644); err != nil {
@@ -1033,4 +1031,22 @@ func TestCkptGCSparesRunningSave(t *testing.T) {
 			t.Fatalf("GC removed the staging directory of a running save: %v", rep.Staging)
 		}
 	}
+}
+
+// TestCkptEarlyReplies: a Store on a client that takes early namespace
+// replies (as the mount's does) saves, waits for the MDS's sync after the
+// commit, and restores.
+func TestCkptEarlyReplies(t *testing.T) {
+	cl := ckptCluster(t, cluster.Options{Client: client.Options{EarlyNamespaceReplies: true}})
+	ctx := context.Background()
+	shards := modelShards(7, 2, 1<<20)
+	s := newStore(t, cl.Client(), ckpt.Options{})
+	if _, err := s.Save(ctx, "early", 1, shards); err != nil {
+		t.Fatal(err)
+	}
+	got, err := newStore(t, cl.Client(), ckpt.Options{}).Restore(ctx, "early", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalShards(t, got, shards)
 }

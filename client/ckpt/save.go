@@ -208,6 +208,11 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 		}
 		return nil, fmt.Errorf("ckpt: commit %s step %d: %w", job, step, err)
 	}
+	// A client with early namespace replies has the rename acknowledged
+	// before it is durable: wait for it (a no-op otherwise).
+	if err := s.c.SyncNamespace(ctx); err != nil {
+		return nil, fmt.Errorf("ckpt: commit %s step %d: sync: %w", job, step, err)
+	}
 	res = &SaveResult{Manifest: m}
 	if err := s.hook(Point{Phase: PhaseDone}); err != nil {
 		return res, err

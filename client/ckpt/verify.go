@@ -291,5 +291,5 @@ func (s *Store) fillManifest(ctx context.Context, in Info, m *Manifest) error {
 		}
 		return fmt.Errorf("ckpt: commit manifest of %s step %d: %w", in.Job, in.Step, err)
 	}
-	return nil
+	return s.c.SyncNamespace(ctx)
 }

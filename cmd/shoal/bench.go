@@ -76,6 +76,7 @@ See docs/performance.md.`,
 	f.IntVar(&o.Files, "files", 1000, "small files, and files per metadata run")
 	f.StringVar(&o.Only, "only", "", "comma list of workload groups (big, small, meta, ckpt; ckpt-api only when named) and paths (mount, api) to run; empty: all")
 	f.BoolVar(&o.Keep, "keep", false, "keep the baseline files and the local cluster under --dir")
+	f.BoolVar(&o.SyncNamespace, "sync-namespace", false, "start the local cluster's mount with --sync-namespace (every namespace change durable before its reply)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as a JSON array")
 	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown")
 	cmd.MarkFlagRequired("dir")

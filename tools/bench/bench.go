@@ -62,6 +62,10 @@ type Options struct {
 	Only string
 	// Keep leaves the files of the run (baselines, local cluster) in Dir.
 	Keep bool
+	// SyncNamespace starts the local cluster's mount with
+	// --sync-namespace: every namespace change durable before its reply
+	// (docs/fuse.md, "Durability").
+	SyncNamespace bool
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
 }
@@ -182,13 +186,18 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.MDS == "" && o.Mount == "" {
 		r.progress("starting a local cluster: %s local --dir %s --mount %s --osts 6 --k 4 --m 2",
 			o.Binary, filepath.Join(dir, "cluster"), filepath.Join(dir, "mnt"))
-		local, err = startLocal(ctx, o.Binary, filepath.Join(dir, "cluster"), filepath.Join(dir, "mnt"), filepath.Join(dir, "cluster.log"))
+		local, err = startLocal(ctx, o.Binary, filepath.Join(dir, "cluster"), filepath.Join(dir, "mnt"), filepath.Join(dir, "cluster.log"), o.SyncNamespace)
 		if err != nil {
 			return nil, err
 		}
 		o.MDS, o.Mount = local.mdsAddr, local.mnt
 		r.cpu.pid = local.cmd.Process.Pid
 		r.note("cluster: shoal local started by the benchmark (6 OSTs, RS 4+2) under %s; CPU figures count the benchmark process (with the loopback daemon) and the cluster process", dir)
+		if o.SyncNamespace {
+			r.note("mount: --sync-namespace: every namespace change is durable in the MDS before its reply")
+		} else {
+			r.note("mount: early namespace replies (the default): a namespace change is acknowledged once visible and synced within milliseconds or by fsync (docs/fuse.md)")
+		}
 	} else {
 		r.note("cluster: existing (MDS %q, mount %q); CPU figures count only the benchmark process (with the loopback daemon), not the cluster", o.MDS, o.Mount)
 	}

@@ -31,7 +31,7 @@ type localCluster struct {
 // runs in its own process group, so that a Ctrl-C on the terminal reaches
 // only the benchmark, which unmounts its files first and then stops the
 // child; it gets SIGINT if the benchmark dies.
-func startLocal(ctx context.Context, bin, dir, mnt, logPath string) (*localCluster, error) {
+func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespace bool) (*localCluster, error) {
 	if err := prepareMountPoint(mnt); err != nil {
 		return nil, err
 	}
@@ -43,7 +43,11 @@ func startLocal(ctx context.Context, bin, dir, mnt, logPath string) (*localClust
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(bin, "local", "--dir", dir, "--mount", mnt, "--osts", "6", "--k", "4", "--m", "2", "--log-level", "warn")
+	args := []string{"local", "--dir", dir, "--mount", mnt, "--osts", "6", "--k", "4", "--m", "2", "--log-level", "warn"}
+	if syncNamespace {
+		args = append(args, "--sync-namespace")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT}
 	if err := cmd.Start(); err != nil {
