@@ -4734,6 +4734,106 @@ func (x *GCReply) GetRetiredChunks() uint64 {
 	return 0
 }
 
+// MigrateCommitRequest finishes `shoal admin migrate`: the regular file
+// tmp_ino (entered as tmp_name in tmp_parent), a copy of src_ino written
+// in the new layout, gives src_ino its extent map and layout, in one
+// transaction, and goes. Refused with STALE, and nothing changes, unless
+// src_ino still has the size, mtime and ctime the copy was made from and
+// tmp_ino that size. src_ino keeps its inode number, names, owner, mode,
+// times and xattrs; its old extents go to GC (after the grace period, so
+// readers holding the old map finish).
+type MigrateCommitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SrcIno        uint64                 `protobuf:"varint,1,opt,name=src_ino,json=srcIno,proto3" json:"src_ino,omitempty"`
+	TmpParent     uint64                 `protobuf:"varint,2,opt,name=tmp_parent,json=tmpParent,proto3" json:"tmp_parent,omitempty"`
+	TmpName       []byte                 `protobuf:"bytes,3,opt,name=tmp_name,json=tmpName,proto3" json:"tmp_name,omitempty"`
+	TmpIno        uint64                 `protobuf:"varint,4,opt,name=tmp_ino,json=tmpIno,proto3" json:"tmp_ino,omitempty"`
+	ExpectSize    uint64                 `protobuf:"varint,5,opt,name=expect_size,json=expectSize,proto3" json:"expect_size,omitempty"`
+	ExpectMtimeNs int64                  `protobuf:"varint,6,opt,name=expect_mtime_ns,json=expectMtimeNs,proto3" json:"expect_mtime_ns,omitempty"`
+	ExpectCtimeNs int64                  `protobuf:"varint,7,opt,name=expect_ctime_ns,json=expectCtimeNs,proto3" json:"expect_ctime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrateCommitRequest) Reset() {
+	*x = MigrateCommitRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrateCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrateCommitRequest) ProtoMessage() {}
+
+func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrateCommitRequest.ProtoReflect.Descriptor instead.
+func (*MigrateCommitRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *MigrateCommitRequest) GetSrcIno() uint64 {
+	if x != nil {
+		return x.SrcIno
+	}
+	return 0
+}
+
+func (x *MigrateCommitRequest) GetTmpParent() uint64 {
+	if x != nil {
+		return x.TmpParent
+	}
+	return 0
+}
+
+func (x *MigrateCommitRequest) GetTmpName() []byte {
+	if x != nil {
+		return x.TmpName
+	}
+	return nil
+}
+
+func (x *MigrateCommitRequest) GetTmpIno() uint64 {
+	if x != nil {
+		return x.TmpIno
+	}
+	return 0
+}
+
+func (x *MigrateCommitRequest) GetExpectSize() uint64 {
+	if x != nil {
+		return x.ExpectSize
+	}
+	return 0
+}
+
+func (x *MigrateCommitRequest) GetExpectMtimeNs() int64 {
+	if x != nil {
+		return x.ExpectMtimeNs
+	}
+	return 0
+}
+
+func (x *MigrateCommitRequest) GetExpectCtimeNs() int64 {
+	if x != nil {
+		return x.ExpectCtimeNs
+	}
+	return 0
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -5067,7 +5167,17 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0fpending_extents\x18\x02 \x01(\x04R\x0ependingExtents\x12'\n" +
 	"\x0fretiring_chunks\x18\x03 \x01(\x04R\x0eretiringChunks\x12+\n" +
 	"\x11collected_extents\x18\x04 \x01(\x04R\x10collectedExtents\x12%\n" +
-	"\x0eretired_chunks\x18\x05 \x01(\x04R\rretiredChunks*\xd3\x01\n" +
+	"\x0eretired_chunks\x18\x05 \x01(\x04R\rretiredChunks\"\xf3\x01\n" +
+	"\x14MigrateCommitRequest\x12\x17\n" +
+	"\asrc_ino\x18\x01 \x01(\x04R\x06srcIno\x12\x1d\n" +
+	"\n" +
+	"tmp_parent\x18\x02 \x01(\x04R\ttmpParent\x12\x19\n" +
+	"\btmp_name\x18\x03 \x01(\fR\atmpName\x12\x17\n" +
+	"\atmp_ino\x18\x04 \x01(\x04R\x06tmpIno\x12\x1f\n" +
+	"\vexpect_size\x18\x05 \x01(\x04R\n" +
+	"expectSize\x12&\n" +
+	"\x0fexpect_mtime_ns\x18\x06 \x01(\x03R\rexpectMtimeNs\x12&\n" +
+	"\x0fexpect_ctime_ns\x18\a \x01(\x03R\rexpectCtimeNs*\xd3\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -5096,7 +5206,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\xf0\x15\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xbe\x16\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -5139,7 +5249,8 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\rPlanRebalance\x12\x1d.shoal.mds.v1.StartJobRequest\x1a\x1b.shoal.mds.v1.RebalancePlan\x12:\n" +
 	"\x04Fsck\x12\x19.shoal.mds.v1.FsckRequest\x1a\x17.shoal.mds.v1.FsckReply\x127\n" +
 	"\x05RunGC\x12\x17.shoal.mds.v1.GCRequest\x1a\x15.shoal.mds.v1.GCReply\x12H\n" +
-	"\rReportCorrupt\x12\".shoal.mds.v1.ReportCorruptRequest\x1a\x13.shoal.mds.v1.EmptyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
+	"\rReportCorrupt\x12\".shoal.mds.v1.ReportCorruptRequest\x1a\x13.shoal.mds.v1.Empty\x12L\n" +
+	"\rMigrateCommit\x12\".shoal.mds.v1.MigrateCommitRequest\x1a\x17.shoal.mds.v1.AttrReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
 var (
 	file_mds_mdspb_mds_proto_rawDescOnce sync.Once
@@ -5154,7 +5265,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(SetAttrBits)(0),             // 0: shoal.mds.v1.SetAttrBits
 	(RenameFlags)(0),             // 1: shoal.mds.v1.RenameFlags
@@ -5230,6 +5341,7 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*FsckReply)(nil),            // 71: shoal.mds.v1.FsckReply
 	(*GCRequest)(nil),            // 72: shoal.mds.v1.GCRequest
 	(*GCReply)(nil),              // 73: shoal.mds.v1.GCReply
+	(*MigrateCommitRequest)(nil), // 74: shoal.mds.v1.MigrateCommitRequest
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	5,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
@@ -5302,49 +5414,51 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	69, // 67: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
 	72, // 68: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
 	68, // 69: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	13, // 70: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	13, // 71: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 72: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 73: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	13, // 74: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	13, // 75: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	19, // 76: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	13, // 77: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	22, // 78: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	12, // 79: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	12, // 80: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	25, // 81: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	27, // 82: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	29, // 83: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	31, // 84: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	13, // 85: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	34, // 86: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	12, // 87: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	37, // 88: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	13, // 89: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	40, // 90: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	42, // 91: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	13, // 92: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	45, // 93: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	47, // 94: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	12, // 95: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	49, // 96: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	12, // 97: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	53, // 98: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	54, // 99: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	12, // 100: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	57, // 101: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	13, // 102: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	11, // 103: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	62, // 104: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	62, // 105: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	62, // 106: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 107: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	71, // 108: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	73, // 109: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	12, // 110: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	70, // [70:111] is the sub-list for method output_type
-	29, // [29:70] is the sub-list for method input_type
+	74, // 70: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	13, // 71: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	13, // 72: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 73: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	13, // 74: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	13, // 75: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	13, // 76: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	19, // 77: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	13, // 78: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	22, // 79: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	12, // 80: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	12, // 81: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	25, // 82: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	27, // 83: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	29, // 84: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	31, // 85: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	13, // 86: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	34, // 87: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	12, // 88: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	37, // 89: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	13, // 90: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	40, // 91: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	42, // 92: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	13, // 93: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	45, // 94: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	47, // 95: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	12, // 96: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	49, // 97: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	12, // 98: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	53, // 99: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	54, // 100: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	12, // 101: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	57, // 102: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	13, // 103: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	11, // 104: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	62, // 105: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	62, // 106: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	62, // 107: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 108: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	71, // 109: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	73, // 110: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	12, // 111: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	13, // 112: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	71, // [71:113] is the sub-list for method output_type
+	29, // [29:71] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -5361,7 +5475,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -63,6 +63,7 @@ const (
 	Mds_Fsck_FullMethodName          = "/shoal.mds.v1.Mds/Fsck"
 	Mds_RunGC_FullMethodName         = "/shoal.mds.v1.Mds/RunGC"
 	Mds_ReportCorrupt_FullMethodName = "/shoal.mds.v1.Mds/ReportCorrupt"
+	Mds_MigrateCommit_FullMethodName = "/shoal.mds.v1.Mds/MigrateCommit"
 )
 
 // MdsClient is the client API for Mds service.
@@ -116,6 +117,8 @@ type MdsClient interface {
 	Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckReply, error)
 	RunGC(ctx context.Context, in *GCRequest, opts ...grpc.CallOption) (*GCReply, error)
 	ReportCorrupt(ctx context.Context, in *ReportCorruptRequest, opts ...grpc.CallOption) (*Empty, error)
+	// Migration (`shoal admin migrate`): swap in a copy in a new layout.
+	MigrateCommit(ctx context.Context, in *MigrateCommitRequest, opts ...grpc.CallOption) (*AttrReply, error)
 }
 
 type mdsClient struct {
@@ -536,6 +539,16 @@ func (c *mdsClient) ReportCorrupt(ctx context.Context, in *ReportCorruptRequest,
 	return out, nil
 }
 
+func (c *mdsClient) MigrateCommit(ctx context.Context, in *MigrateCommitRequest, opts ...grpc.CallOption) (*AttrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttrReply)
+	err := c.cc.Invoke(ctx, Mds_MigrateCommit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MdsServer is the server API for Mds service.
 // All implementations must embed UnimplementedMdsServer
 // for forward compatibility.
@@ -587,6 +600,8 @@ type MdsServer interface {
 	Fsck(context.Context, *FsckRequest) (*FsckReply, error)
 	RunGC(context.Context, *GCRequest) (*GCReply, error)
 	ReportCorrupt(context.Context, *ReportCorruptRequest) (*Empty, error)
+	// Migration (`shoal admin migrate`): swap in a copy in a new layout.
+	MigrateCommit(context.Context, *MigrateCommitRequest) (*AttrReply, error)
 	mustEmbedUnimplementedMdsServer()
 }
 
@@ -719,6 +734,9 @@ func (UnimplementedMdsServer) RunGC(context.Context, *GCRequest) (*GCReply, erro
 }
 func (UnimplementedMdsServer) ReportCorrupt(context.Context, *ReportCorruptRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportCorrupt not implemented")
+}
+func (UnimplementedMdsServer) MigrateCommit(context.Context, *MigrateCommitRequest) (*AttrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method MigrateCommit not implemented")
 }
 func (UnimplementedMdsServer) mustEmbedUnimplementedMdsServer() {}
 func (UnimplementedMdsServer) testEmbeddedByValue()             {}
@@ -1479,6 +1497,24 @@ func _Mds_ReportCorrupt_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_MigrateCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MigrateCommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).MigrateCommit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_MigrateCommit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).MigrateCommit(ctx, req.(*MigrateCommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mds_ServiceDesc is the grpc.ServiceDesc for Mds service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1649,6 +1685,10 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportCorrupt",
 			Handler:    _Mds_ReportCorrupt_Handler,
+		},
+		{
+			MethodName: "MigrateCommit",
+			Handler:    _Mds_MigrateCommit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

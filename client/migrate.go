@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// MigrateResult reports one migration.
+type MigrateResult struct {
+	Ino       uint64        `json:"ino"`
+	From      *mdspb.Layout `json:"from"`
+	To        *mdspb.Layout `json:"to"`
+	Bytes     int64         `json:"bytes_copied"`
+	Attempts  int           `json:"attempts"`
+	Unchanged bool          `json:"unchanged"` // already in the layout: nothing done
+}
+
+// migrateAttempts is how often Migrate starts over when the file changes
+// under it.
+const migrateAttempts = 3
+
+// migratePiece is the largest read and write of a migration copy.
+const migratePiece = 16 << 20
+
+// Migrate rewrites regular file p into layout to, online: it copies the
+// file's mapped ranges (holes stay holes) into a hidden new file of the
+// same directory created with that layout, then has the MDS swap the
+// copy's extent map in for the file's in one transaction, only if the file
+// did not change meanwhile (else it starts over, up to three times). The
+// file keeps its inode, names, owner, mode, times and xattrs; readers that
+// hold the old map keep reading the old extents until GC's grace period
+// ends. progress, when not nil, receives the bytes copied so far.
+func (c *Client) Migrate(ctx context.Context, p string, to *mdspb.Layout, progress func(int64)) (*MigrateResult, error) {
+	if _, err := layoutOf(to); err != nil {
+		return nil, err
+	}
+	parent, name, err := c.resolveParent(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	res := &MigrateResult{To: to}
+	var lastErr error
+	for res.Attempts < migrateAttempts {
+		res.Attempts++
+		a, err := c.Lookup(ctx, parent, name)
+		if err != nil {
+			return nil, err
+		}
+		if !IsRegular(a) {
+			return nil, fmt.Errorf("migrate %s: not a regular file: %w", p, errs.ErrInvalid)
+		}
+		res.Ino, res.From = a.GetIno(), a.GetLayout()
+		if sameLayout(a.GetLayout(), to) {
+			res.Unchanged = true
+			return res, nil
+		}
+		n, err := c.migrateOnce(ctx, parent, name, a, to, progress)
+		res.Bytes += n
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, errs.ErrStale) {
+			return res, err
+		}
+		lastErr = err
+	}
+	return res, fmt.Errorf("migrate %s: the file kept changing: %w", p, lastErr)
+}
+
+func sameLayout(a, b *mdspb.Layout) bool {
+	return a.GetK() == b.GetK() && a.GetM() == b.GetM() && a.GetUnit() == b.GetUnit()
+}
+
+// IsRegular reports whether a is a regular file's.
+func IsRegular(a *mdspb.Attr) bool { return a.GetMode()&sIFMT == sIFREG }
+
+// migrateOnce makes one copy of file a (entered as name in parent) in
+// layout to and swaps it in. It returns the bytes copied.
+func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a *mdspb.Attr, to *mdspb.Layout, progress func(int64)) (int64, error) {
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return 0, err
+	}
+	tmpName := "." + name + ".migrate-" + hex.EncodeToString(rnd[:])
+	if len(tmpName) > 255 {
+		tmpName = ".migrate-" + hex.EncodeToString(rnd[:])
+	}
+	cr, err := c.mds.Create(ctx, &mdspb.CreateRequest{
+		Parent: parent, Name: []byte(tmpName), Mode: sIFREG | 0o600,
+		Uid: a.GetUid(), Gid: a.GetGid(), Exclusive: true, Layout: to,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("migrate %s: create the copy: %w", name, err)
+	}
+	tmpIno := cr.GetAttr().GetIno()
+	committed := false
+	defer func() {
+		if !committed {
+			if err := c.UnlinkIn(context.WithoutCancel(ctx), parent, tmpName); err != nil && !errors.Is(err, errs.ErrNotFound) {
+				c.log.Warn("remove the copy of a failed migration", "ino", a.GetIno(), "name", tmpName, "err", err)
+			}
+		}
+	}()
+	n, err := c.copyMapped(ctx, a, tmpIno, progress)
+	if err != nil {
+		return n, fmt.Errorf("migrate %s: copy: %w", name, err)
+	}
+	_, err = c.mds.MigrateCommit(ctx, &mdspb.MigrateCommitRequest{
+		SrcIno: a.GetIno(), TmpParent: parent, TmpName: []byte(tmpName), TmpIno: tmpIno,
+		ExpectSize: a.GetSize(), ExpectMtimeNs: a.GetMtimeNs(), ExpectCtimeNs: a.GetCtimeNs(),
+	})
+	if err != nil {
+		return n, err
+	}
+	committed = true
+	return n, nil
+}
+
+// copyMapped copies the mapped ranges of file a (as its extent map says
+// now) into file dst, gives dst a's size, and makes it durable.
+func (c *Client) copyMapped(ctx context.Context, a *mdspb.Attr, dst uint64, progress func(int64)) (int64, error) {
+	src, err := c.OpenIno(ctx, a.GetIno())
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	out, err := c.OpenIno(ctx, dst)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close(context.WithoutCancel(ctx))
+	src.mu.Lock()
+	refs := append([]*mdspb.ExtentRef(nil), src.ext...)
+	src.mu.Unlock()
+	size := int64(a.GetSize())
+	buf := make([]byte, migratePiece)
+	var copied int64
+	for _, r := range refs {
+		off, end := int64(r.GetFileOff()), min(int64(r.GetFileOff()+r.GetLength()), size)
+		for off < end {
+			n := int(min(int64(len(buf)), end-off))
+			got, err := src.ReadAt(ctx, buf[:n], off)
+			if err != nil && got < n {
+				return copied, err
+			}
+			if _, err := out.WriteAt(ctx, buf[:n], off); err != nil {
+				return copied, err
+			}
+			off += int64(n)
+			copied += int64(n)
+			if progress != nil {
+				progress(copied)
+			}
+		}
+	}
+	if out.Size() < size {
+		if err := out.Truncate(ctx, size); err != nil {
+			return copied, err
+		}
+	}
+	return copied, out.Fsync(ctx)
+}
