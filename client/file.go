@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
@@ -396,6 +398,52 @@ func (f *File) Close(ctx context.Context) error {
 // ReadAt reads len(p) bytes at off. It returns io.EOF when the read ends at
 // or past the end of the file; holes read as zeros.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, err := f.readAt(ctx, p, off)
+	if err == nil || errors.Is(err, io.EOF) || ctx.Err() != nil {
+		return n, err
+	}
+	// Chunks may have moved since the map was read (rebalance, drain,
+	// repair: docs/admin.md), and their old copies been retired: read
+	// again with the current placements.
+	if rerr := f.refreshPlacements(ctx); rerr != nil {
+		return n, err
+	}
+	return f.readAt(ctx, p, off)
+}
+
+// refreshPlacements reloads the placements of the extents in the file's
+// map from the MDS. The map itself (which extents hold which bytes) stays
+// as this File knows it.
+func (f *File) refreshPlacements(ctx context.Context) error {
+	r, err := f.c.mds.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: f.ino})
+	if err != nil {
+		return err
+	}
+	fresh := make(map[uint64]*mdspb.Extent, len(r.GetExtents()))
+	for _, ref := range r.GetExtents() {
+		fresh[ref.GetExtent().GetId()] = ref.GetExtent()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changed := false
+	next := make(extentMap, len(f.ext))
+	for i, ref := range f.ext {
+		next[i] = ref
+		if e, ok := fresh[ref.GetExtent().GetId()]; ok && !slices.Equal(e.GetOsts(), ref.GetExtent().GetOsts()) {
+			c := proto.Clone(ref).(*mdspb.ExtentRef)
+			c.Extent = e
+			next[i] = c
+			changed = true
+		}
+	}
+	if !changed {
+		return fmt.Errorf("no extent of inode %d moved: %w", f.ino, errs.ErrNotFound)
+	}
+	f.ext = next
+	return nil
+}
+
+func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read at %d: %w", off, errs.ErrInvalid)
 	}

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
@@ -156,5 +159,57 @@ func TestAdminMigrate(t *testing.T) {
 	}
 	if b, _ := c.Stat(ctx, "/m"); b.GetCtimeNs() != a.GetCtimeNs() {
 		t.Fatal("the refused commit changed the file")
+	}
+}
+
+// A file held open across a drain reads correctly after the drained
+// OST's old chunk copies are retired: the client reloads the placements
+// of its map when a read fails, instead of failing once more than m
+// chunks of an extent have moved.
+func TestOpenFileReadsAfterDrain(t *testing.T) {
+	cl := adminCluster(t, 10)
+	ctx := context.Background()
+	c := cl.Client()
+	stub := adminStub(t, cl)
+	want := randBytes(41, 6<<20)
+	f, err := c.Create(ctx, "/held", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Open on a client with no read cache worth speaking of, before the
+	// moves: it holds the old placements.
+	rc := cl.Client()
+	rf, err := rc.Open(ctx, "/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close(ctx)
+	// Drain three OSTs, one after the other: more than m chunks of some
+	// extents move, and the old copies are retired (RetireGrace 1s).
+	for i := 0; i < 3; i++ {
+		id := cl.OST(i).Server.ID()
+		if _, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: "draining"}); err != nil {
+			t.Fatalf("drain OST %d: %v", id, err)
+		}
+		if j := waitJob(t, stub, mds.JobDrain, 2*time.Minute); j.State != mds.JobDone {
+			t.Fatalf("drain of OST %d: %v", id, j)
+		}
+	}
+	time.Sleep(3 * time.Second) // past the retire grace: old copies deleted
+	if _, err := stub.RunGC(ctx, &mdspb.GCRequest{}); err != nil {
+		t.Fatalf("gc: %v", err)
+	}
+	got := make([]byte, len(want))
+	if n, err := rf.ReadAt(ctx, got, 0); n != len(want) || (err != nil && !errors.Is(err, io.EOF)) {
+		t.Fatalf("read of the held file after the drains: %d bytes, %v", n, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("read of the held file after the drains returned wrong bytes")
 	}
 }
