@@ -64,10 +64,39 @@ gpu-check:
 # from seed SHOAL_FSX_SEED (default: the clock; printed), two of its cases
 # with injected faults (OST and MDS restarts), and the 100,000-entry
 # directory. SHOAL_FSX_CASE (a name prefix) or SHOAL_FSX_MODE (file, tree)
-# picks cases.
+# picks cases. It also kills the leader of a replicated MDS under a storm
+# of two clients' operations over SHOAL_RAFT_SEEDS seeds (default 20, from
+# SHOAL_RAFT_SEED, default 1; about 7 s each), and crashes a single MDS at
+# SHOAL_CRASH_POINTS points (default 1000) (docs/mds-raft.md).
 .PHONY: soak
 soak: deps
 	SHOAL_FSX_OPS=$${SHOAL_FSX_OPS:-200000} $(GO) test -count=1 -timeout 0 -v -run 'TestFsxSoak|TestPosixBigDirectory' ./test/
+	SHOAL_RAFT_SEEDS=$${SHOAL_RAFT_SEEDS:-20} $(GO) test -count=1 -timeout 0 -v -run 'TestRaftStorm' ./test/
+	SHOAL_CRASH_POINTS=$${SHOAL_CRASH_POINTS:-1000} $(GO) test -count=1 -timeout 0 -v -run 'TestCrashStrictMem' ./mds/
+
+# fuzz runs each fuzz target (a decoder of bytes from the network or the
+# disk) for FUZZTIME, starting from its committed corpus in testdata/fuzz/.
+# Not part of `make test`, which runs the corpora only, as plain tests.
+# A failure writes the input to the package's testdata/fuzz/: commit it
+# with the fix.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	./internal/capability:FuzzDecode \
+	./internal/wire:FuzzUserFrom \
+	./internal/pki:FuzzRoleOf \
+	./internal/datanet:FuzzDecodeHeader \
+	./internal/checksum:FuzzDecode \
+	./internal/compress:FuzzDecode \
+	./client/ckpt/safetensors:FuzzDecode \
+	./mds:FuzzDecodeKey \
+	./mds:FuzzDecodeValue
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 clean:
 	rm -rf bin

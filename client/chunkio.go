@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shoalfs/shoal/internal/compress"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -21,10 +22,14 @@ const writeAttempts = 3
 // extent id and placement, encodes the rows, and writes the k+m chunks in
 // parallel, each fsynced by its OST before it answers. On a failed chunk it
 // retries the whole extent on a new placement that avoids the failed OSTs.
-// It returns the reference to commit; nothing is committed here.
-func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, data []byte) (*mdspb.ExtentRef, error) {
+// It returns the reference to commit; nothing is committed here. The
+// extent is compressed first when pol (else its layout) says so and that
+// pays (compress.go).
+func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, data []byte, pol *compress.Options) (*mdspb.ExtentRef, error) {
 	var exclude []uint32
 	var lastErr error
+	var z *packed // the bytes to store: compress.go
+	defer func() { z.release(c) }()
 	for attempt := 0; attempt < writeAttempts; attempt++ {
 		r, err := c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: 1, ExcludeOsts: exclude})
 		if err != nil {
@@ -37,8 +42,11 @@ func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, da
 			return nil, fmt.Errorf("write extent: MDS allocated %d extents: %w", len(r.GetExtents()), errs.ErrInvalid)
 		}
 		ext := r.GetExtents()[0]
-		ext.Length = uint64(len(data))
-		failed, err := c.writeChunks(ctx, ext, data)
+		if z == nil {
+			z = c.pack(ext.GetLayout(), pol, fileOff, data)
+		}
+		z.mark(ext) // sets ext.Length to the stored length
+		failed, err := c.writeChunks(ctx, ext, z.stored)
 		if err == nil {
 			return &mdspb.ExtentRef{FileOff: uint64(fileOff), Length: uint64(len(data)), Extent: ext}, nil
 		}
@@ -359,6 +367,9 @@ func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, 
 // readRowPooled reads row r of ext into a buffer of the client's pool,
 // which the caller gives back (c.bufs.Put) when done with it.
 func (c *Client) readRowPooled(ctx context.Context, ext *mdspb.Extent, r int64) ([]byte, error) {
+	if compressed(ext) { // compress.go: the cache's rows are decoded blocks
+		return c.readBlockPooled(ctx, ext, r)
+	}
 	g, err := extentGeom(ext)
 	if err != nil {
 		return nil, err

@@ -76,6 +76,13 @@ type Options struct {
 	// DataConnsPerOST bounds the idle data-path connections kept per OST.
 	// Default datanet.DefaultMaxIdlePerAddr.
 	DataConnsPerOST int
+	// Creds is the client's mutual TLS identity (a certificate of role
+	// client or admin); nil: plaintext, for clusters run --insecure.
+	Creds *wire.Creds
+	// User is the identity MDS calls are made for unless a call's context
+	// names one (WithUser); nil: none, which the MDS takes as root of this
+	// node (mapped by the node's trust level; docs/security.md).
+	User *User
 }
 
 func (o *Options) setDefaults() error {
@@ -127,6 +134,7 @@ type Client struct {
 		coders   map[layout.Layout]*erasure.Coder
 	}
 
+	caps      capTable    // capabilities of extents for the OSTs (caps.go)
 	sess      session     // session.go
 	closed    atomic.Bool // set by Close and Abandon
 	closeOnce sync.Once
@@ -139,12 +147,13 @@ func New(ctx context.Context, o Options) (*Client, error) {
 		return nil, err
 	}
 	addr := o.MDS
-	conn, err := wire.DialGroup(addr) // one address, or a replicated group
+	c := &Client{}
+	conn, err := wire.DialGroup(addr, wire.WithCreds(o.Creds), wire.WithUnaryInterceptor(c.mdsCapInterceptor)) // one address, or a replicated group
 
 	if err != nil {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
 	}
-	c := &Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
+	*c = Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
 		data: datanet.NewClient(datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST}), bufs: &datanet.BufPool{}}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.ostAddr = map[uint32]string{}
@@ -214,7 +223,7 @@ func (c *Client) ost(ctx context.Context, id uint32, refresh bool) (ostpb.OstCli
 	cc, ok := c.mu.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = wire.Dial(addr); err != nil {
+		if cc, err = wire.Dial(addr, wire.WithCreds(c.opts.Creds), wire.WithUnaryInterceptor(c.ostCapInterceptor)); err != nil {
 			return nil, "", fmt.Errorf("dial OST %d at %s: %w", id, addr, err)
 		}
 		c.mu.conns[addr] = cc

@@ -47,6 +47,7 @@ type File struct {
 	// (relatime rules); the first read clears it and updates the MDS.
 	atimeDue atomic.Bool
 	rows     rowCache
+	comp     compressPolicy // SetCompression (compress.go); unset: the layout's
 
 	// mu guards the fields below. Reads hold it shared for their whole
 	// duration, so a commit can never move data between the committed map
@@ -283,7 +284,7 @@ func (f *File) cutLocked(n int64) {
 	}
 	f.inflight = append(f.inflight, u)
 	go func() {
-		ref, err := f.c.uploadExtent(f.ctx, f.ino, u.off, u.data)
+		ref, err := f.c.uploadExtent(f.ctx, f.ino, u.off, u.data, f.comp.Load())
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		u.done, u.ref, u.err = true, ref, err
@@ -471,6 +472,9 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		eoff := int64(r.GetExtentOff()) + s - int64(r.GetFileOff())
 		dst := buf[s-off : e-off]
 		eg.Go(func() error {
+			if compressed(r.GetExtent()) { // compress.go
+				return f.readCompressed(ctx, r.GetExtent(), eoff, dst, seq)
+			}
 			if seq {
 				return f.readRowsCached(ctx, r.GetExtent(), eoff, dst)
 			}
@@ -540,6 +544,11 @@ func (f *File) readAheadLocked(end int64) {
 	}
 	limit := min(end+ahead, f.size)
 	for _, r := range f.ext.overlapping(uint64(end), uint64(limit)) {
+		if compressed(r.GetExtent()) { // compress.go
+			s := max(end, int64(r.GetFileOff()))
+			f.prefetchCompressed(r.GetExtent(), int64(r.GetExtentOff())+s-int64(r.GetFileOff()), min(limit, int64(refEnd(r)))-s)
+			continue
+		}
 		g, err := extentGeom(r.GetExtent())
 		if err != nil {
 			continue

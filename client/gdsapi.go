@@ -11,6 +11,12 @@ import (
 // gds): one chunk read per cell piece, checked by the OSTs' checksums, and
 // on any failure the rows rebuilt from any k chunks. It fails with
 // errs.ErrUnavailable when fewer than k chunks of a row can be read.
+//
+// off counts file bytes of the extent: a compressed extent's blocks are
+// fetched and decoded (compress.go).
 func (c *Client) ReadExtent(ctx context.Context, ext *mdspb.Extent, off int64, buf []byte) error {
+	if compressed(ext) {
+		return c.readCompressed(ctx, ext, off, buf)
+	}
 	return c.readExact(ctx, ext, off, buf)
 }

@@ -74,7 +74,8 @@ func (c *Client) Migrate(ctx context.Context, p string, to *mdspb.Layout, progre
 }
 
 func sameLayout(a, b *mdspb.Layout) bool {
-	return a.GetK() == b.GetK() && a.GetM() == b.GetM() && a.GetUnit() == b.GetUnit()
+	return a.GetK() == b.GetK() && a.GetM() == b.GetM() && a.GetUnit() == b.GetUnit() &&
+		sameCompression(a.GetCompression(), b.GetCompression()) // compress.go
 }
 
 // IsRegular reports whether a is a regular file's.

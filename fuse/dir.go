@@ -52,7 +52,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 
 // Readdirent returns the next entry, or nil at the end.
 func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = d.n.m.detach(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.nextLocked(ctx)
@@ -104,14 +104,14 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 	if e == nil || e.GetAttr() == nil || string(e.GetName()) != name {
 		return d.n.Lookup(ctx, name, out)
 	}
-	return d.n.newChild(detach(ctx), e.GetAttr(), out), 0
+	return d.n.newChild(d.n.m.detach(ctx), e.GetAttr(), out), 0
 }
 
 // Seekdir moves to offset off. go-fuse replays the last batch itself after
 // an interrupted READDIR; any other seek (rewinddir, seekdir to a telldir
 // cookie) restarts the listing and skips off entries.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = d.n.m.detach(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if off == d.pos {

@@ -175,7 +175,7 @@ func (m *Mounted) release(ctx context.Context, of *openFile) {
 
 // Open opens the regular file n.
 func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	ino := n.ino()
 	of, err := n.m.acquire(ctx, ino)
 	if err != nil {
@@ -204,7 +204,7 @@ func handleOf(f gofs.FileHandle) *fileHandle {
 // Read reads from the shared client File; bytes written through this
 // mount and not yet flushed are included.
 func (n *node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return nil, syscall.EBADF
@@ -226,7 +226,7 @@ func (n *node) Write(ctx context.Context, f gofs.FileHandle, data []byte, off in
 // Writev is Write for data the kernel split into several buffers.
 func (n *node) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off int64) (uint32, syscall.Errno) {
 	pageWrite := n.m.isPageWrite(ctx)
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return 0, syscall.EBADF
@@ -256,7 +256,7 @@ func (n *node) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off
 // and releases the POSIX locks of the closing process on the file.
 func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 	ro, hasOwner := n.m.requestOwner(ctx)
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return 0
@@ -278,7 +278,7 @@ func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 // namespace replies, docs/fuse.md "Durability"). On a directory only the
 // latter.
 func (n *node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	var of *openFile
 	if h := handleOf(f); h != nil {
 		of = h.of
@@ -322,7 +322,7 @@ func (n *node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 // back to writing zeros over the network. Other modes (punching holes,
 // zeroing, collapsing ranges) are not supported.
 func (n *node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return syscall.EBADF
@@ -349,7 +349,7 @@ func (n *node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size
 // Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
 // whences itself). Holes are not tracked: the whole file is data.
 func (n *node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	var size int64
 	if h := handleOf(f); h != nil {
 		size = h.of.f.Size()

@@ -187,7 +187,7 @@ func wireLock(lk *gofuse.FileLock, flags uint32) (*mdspb.FileLock, syscall.Errno
 // Getlk reports a lock, of any client, that would stand in the way of lk
 // (F_GETLK, F_OFD_GETLK); none is reported as type F_UNLCK.
 func (n *node) Getlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *gofuse.FileLock, flags uint32, out *gofuse.FileLock) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	l, errno := wireLock(lk, flags)
 	if errno != 0 {
 		return errno
@@ -215,7 +215,7 @@ func (n *node) Getlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *g
 // Setlk sets, changes or releases a lock without waiting: EAGAIN when
 // another owner's lock is in the way.
 func (n *node) Setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *gofuse.FileLock, flags uint32) syscall.Errno {
-	granted, errno := n.setlk(detach(ctx), f, owner, lk, flags)
+	granted, errno := n.setlk(n.m.detach(ctx), f, owner, lk, flags)
 	if errno == 0 && !granted {
 		return syscall.EAGAIN
 	}
@@ -227,7 +227,7 @@ func (n *node) Setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *g
 func (n *node) Setlkw(ctx context.Context, f gofs.FileHandle, owner uint64, lk *gofuse.FileLock, flags uint32) syscall.Errno {
 	delay := lockRetryMin
 	for {
-		granted, errno := n.setlk(detach(ctx), f, owner, lk, flags)
+		granted, errno := n.setlk(n.m.detach(ctx), f, owner, lk, flags)
 		if errno != 0 || granted {
 			return errno
 		}

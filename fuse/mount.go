@@ -83,17 +83,6 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
-// detach returns ctx without its cancellation, for the client calls of a
-// FUSE request. go-fuse cancels a request's context when the kernel
-// forwards an interrupt, and the kernel does so for any signal the caller
-// handles, including the SIGURG the Go runtime sends its own threads for
-// preemption. Honouring it would fail the reads, renames and creates of
-// ordinary programs with EINTR, and a cancelled namespace call may still
-// have been applied by the MDS. Fatal signals need no help: the kernel
-// stops waiting for the reply by itself. So every call runs to its end,
-// bounded by the client's own timeouts.
-func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
-
 // readAheadKB is the kernel read-ahead set on the mount's backing device.
 // go-fuse can only lower the kernel's default of 128 KiB; a larger window
 // keeps several stripe rows in flight for sequential readers.
@@ -109,8 +98,9 @@ type Mounted struct {
 	dev        uint64 // st_dev of the mounted root; 0 if unknown
 	server     *gofuse.Server
 
-	unknown sync.Map // error kinds already logged at warn level, by "op/type"
-	owners  sync.Map // reqOwner of the FLUSH and RELEASE requests being served, by cancel channel (locks.go)
+	groups  groupsCache // supplementary groups of callers, by pid (caller.go)
+	unknown sync.Map    // error kinds already logged at warn level, by "op/type"
+	owners  sync.Map    // reqOwner of the FLUSH and RELEASE requests being served, by cancel channel (locks.go)
 	// pageWrites holds the cancel channels of WRITE requests that write
 	// back page-cache pages (locks.go's lockRaw.Write).
 	pageWrites sync.Map
@@ -135,6 +125,7 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 	}
 	m := &Mounted{o: o, c: o.Client, log: o.Logger, mountpoint: abs}
 	m.mu.files = map[uint64]*openFile{}
+	m.groups.procDir = "/proc"
 
 	// Fail before mounting, rather than with EIO on the first stat, when
 	// the MDS does not answer.

@@ -178,7 +178,7 @@ func (n *node) owner(ctx context.Context) (uid, gid uint32, sgid bool) {
 
 // Lookup finds name in directory n.
 func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	a, err := n.m.c.Lookup(ctx, n.ino(), name)
 	a, errno := n.m.attrOf("lookup", n.ino(), a, err)
 	if errno != 0 {
@@ -189,7 +189,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 
 // Getattr reports n's attributes.
 func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	a, errno := n.getattr(ctx)
 	if errno != 0 {
 		return errno
@@ -202,7 +202,7 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *gofuse.AttrO
 // open in this mount goes through its client File, so that its buffers
 // agree.
 func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	ino := n.ino()
 	req := &mdspb.SetAttrRequest{Ino: ino}
 	set := func(b mdspb.SetAttrBits) { req.Valid |= uint32(b) }
@@ -291,7 +291,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 // regular file (created meanwhile by another client) is opened instead,
 // and truncated for O_TRUNC.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
 	excl := flags&syscall.O_EXCL != 0
 	// Create and open in one MDS call; the File joins the mount's table
@@ -322,7 +322,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // Mkdir creates a directory; in a setgid directory it inherits the gid and
 // the setgid bit.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	uid, gid, sgid := n.owner(ctx)
 	if sgid {
 		mode |= syscall.S_ISGID
@@ -338,7 +338,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 // Mknod creates a regular file, FIFO or socket. Device nodes are refused
 // with EPERM, as mknod(2) does on a file system without them.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
 	var a *mdspb.Attr
 	var err error
@@ -364,7 +364,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Symlink creates symlink name -> target.
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
 	a, err := n.m.c.SymlinkIn(ctx, n.ino(), name, target, uid, gid)
 	a, errno := n.m.attrOf("symlink", n.ino(), a, err)
@@ -376,7 +376,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.Ent
 
 // Readlink returns the target of symlink n.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	t, err := n.m.c.Readlink(ctx, n.ino())
 	if err != nil {
 		return nil, n.m.errno("readlink", n.ino(), err)
@@ -387,7 +387,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 // Link makes name in n a hard link to target. go-fuse returns target's own
 // node for it, since both share the inode number.
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	ino := target.EmbeddedInode().StableAttr().Ino
 	a, err := n.m.c.LinkIn(ctx, ino, n.ino(), name)
 	a, errno := n.m.attrOf("link", ino, a, err)
@@ -399,7 +399,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 
 // Unlink removes the non-directory name from n.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	if err := n.m.c.UnlinkIn(ctx, n.ino(), name); err != nil {
 		return n.m.errno("unlink", n.ino(), err)
 	}
@@ -408,7 +408,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir removes the empty directory name from n.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	if err := n.m.c.RmdirIn(ctx, n.ino(), name); err != nil {
 		return n.m.errno("rmdir", n.ino(), err)
 	}
@@ -425,7 +425,7 @@ const (
 // RENAME_NOREPLACE and RENAME_EXCHANGE pass through; RENAME_WHITEOUT (for
 // overlayfs) is not supported.
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	var f uint32
 	if flags&renameNoReplace != 0 {
 		f |= uint32(mdspb.RenameFlags_RENAME_NOREPLACE)
@@ -453,7 +453,7 @@ const statfsFreeFiles = 1 << 40
 
 // Statfs reports the capacity of the OSTs that are up.
 func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	r, err := n.m.c.StatFs(ctx)
 	if err != nil {
 		return n.m.errno("statfs", n.ino(), err)

@@ -59,7 +59,7 @@ func (c *capCache) changing() {
 // Getxattr copies the value of attr into dest: ERANGE, with the size, if
 // dest is too small.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	isCap := attr == xattrCap
 	if isCap && n.noCap.absent() {
 		return 0, syscall.ENODATA
@@ -81,7 +81,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 // Listxattr writes the NUL-terminated names of n's attributes into dest:
 // ERANGE, with the size, if dest is too small.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	names, err := n.m.c.ListXattr(ctx, n.ino())
 	if err != nil {
 		return 0, n.m.errno("listxattr", n.ino(), err)
@@ -105,7 +105,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // Setxattr sets attr to data; flags are setxattr(2)'s XATTR_CREATE and
 // XATTR_REPLACE, which the MDS takes as they are.
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	if attr == xattrCap {
 		n.noCap.changing()
 		defer n.noCap.changing()
@@ -120,7 +120,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 
 // Removexattr removes attr; ENODATA if n has none of that name.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	ctx = detach(ctx)
+	ctx = n.m.detach(ctx)
 	if attr == xattrCap {
 		n.noCap.changing()
 		defer n.noCap.changing()

@@ -73,6 +73,17 @@ func plan(refs []*mdspb.ExtentRef, off, n int64, base uintptr, dstOff int64, loc
 		s, e := max(off, rs), min(end, re)
 		addHole(s)
 		ext := r.GetExtent()
+		if ext.GetLogicalLength() != 0 {
+			// A compressed extent (docs/compression.md): its chunks hold
+			// encoded blocks, so its bytes come decoded through the
+			// client, never straight from a chunk file. chunk -1 keeps
+			// the span apart from chunk pieces; chunkOff counts logical
+			// bytes so that pieces of one extent merge.
+			eoff := int64(r.GetExtentOff()) + s - rs
+			spans = merge(spans, span{ext: ext, extOff: eoff, n: e - s, dstOff: dstOff + s - off, chunk: -1, chunkOff: eoff})
+			pos = e
+			continue
+		}
 		g, err := geometry(ext)
 		if err != nil {
 			return nil, nil, err

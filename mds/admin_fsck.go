@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -136,7 +135,7 @@ func (s *Server) Fsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mdspb.Fsc
 			problem(&mdspb.FsckProblem{Kind: "unreachable", Ost: id, Detail: "OST is down: its chunks were not checked"})
 			continue
 		}
-		cc, err := wire.Dial(ov.infos[id].Addr)
+		cc, err := s.dialOST(ov.infos[id].Addr)
 		if err != nil {
 			problem(&mdspb.FsckProblem{Kind: "unreachable", Ost: id, Detail: err.Error()})
 			continue

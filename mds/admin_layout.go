@@ -47,7 +47,7 @@ func (s *Server) SetLayout(ctx context.Context, req *mdspb.SetLayoutRequest) (_ 
 			if err != nil {
 				return err
 			}
-			if !empty {
+			if !empty && !sameShape(n.Attr.Layout, l) {
 				return fmt.Errorf("inode %d has data; its layout changes only by migration: %w", n.Attr.Ino, errs.ErrNotEmpty)
 			}
 		default:

@@ -15,7 +15,6 @@ import (
 	"github.com/shoalfs/shoal/internal/erasure"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
-	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -1039,7 +1038,7 @@ func (s *Server) adminOst(id uint32) (ostpb.OstClient, error) {
 		ok = false
 	}
 	if !ok {
-		cc, err := wire.Dial(info.Addr)
+		cc, err := s.dialOST(info.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("dial OST %d at %s: %w", id, info.Addr, err)
 		}

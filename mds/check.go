@@ -161,7 +161,7 @@ func checkInvariants(r reader) error {
 			bad("extent map of %d: entry at %d overlaps the previous one (ends %d)", ino, e.FileOff, lastEnd)
 		}
 		lastIno, lastEnd = ino, e.FileOff+e.Length
-		if e.Length == 0 || e.ExtentOff+e.Length > e.Extent.Length {
+		if e.Length == 0 || e.ExtentOff+e.Length > logicalLen(e.Extent) {
 			bad("extent map of %d: entry at %d out of its extent", ino, e.FileOff)
 		}
 		if ok && lastEnd > n.Attr.Size {

@@ -2,10 +2,12 @@ package mds
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -47,10 +49,7 @@ func (s *Server) requestSlot(ctx context.Context) *reqSlot {
 
 // dupReplies derives the answer of a retried mutation that was applied.
 var dupReplies = map[string]func(s *Server, ctx context.Context, req any) (any, error){
-	"Create": func(s *Server, ctx context.Context, req any) (any, error) {
-		r := req.(*mdspb.CreateRequest)
-		return s.Lookup(ctx, &mdspb.LookupRequest{Parent: r.GetParent(), Name: r.GetName()})
-	},
+	"Create": dupCreate,
 	"Mkdir": func(s *Server, ctx context.Context, req any) (any, error) {
 		r := req.(*mdspb.CreateRequest)
 		return s.Lookup(ctx, &mdspb.LookupRequest{Parent: r.GetParent(), Name: r.GetName()})
@@ -116,4 +115,38 @@ func (s *Server) serviceDesc() *grpc.ServiceDesc {
 		}
 	}
 	return &d
+}
+
+// dupCreate answers a retried Create that was applied. Without
+// open_session it is the entry's attributes. With open_session (the mount
+// and client.CreateFileIn create and open in one call) the retry must
+// also return an open handle, as the first try did: the file is opened
+// for the session now. If its extent map is still empty the answer is
+// the first try's (created, handle: the caller starts an empty file);
+// if another client wrote to it in between, it answers created = false
+// and no handle, and the caller opens it with its extent map, as for a
+// create of an existing file. If the session is gone (the retry reached
+// a new leader, which starts with no sessions) it answers no handle
+// either, and the caller opens the file in a new session; never
+// ErrStale, which would tell the caller nothing was created.
+func dupCreate(s *Server, ctx context.Context, req any) (any, error) {
+	r := req.(*mdspb.CreateRequest)
+	out, err := s.Lookup(ctx, &mdspb.LookupRequest{Parent: r.GetParent(), Name: r.GetName()})
+	if err != nil || r.GetOpenSession() == 0 || !isReg(out.GetAttr().GetMode()) {
+		return out, err
+	}
+	o, err := s.Open(ctx, &mdspb.OpenRequest{Session: r.GetOpenSession(), Ino: out.GetAttr().GetIno(), Extents: true})
+	switch {
+	case errors.Is(err, errs.ErrStale):
+		return out, nil
+	case err != nil:
+		return nil, err
+	}
+	if len(o.GetExtents()) > 0 || o.GetAttr().GetSize() != 0 {
+		if err := s.releaseHandle(r.GetOpenSession(), o.GetHandle()); err != nil {
+			s.log.Warn("release handle of a retried create", "ino", out.GetAttr().GetIno(), "err", err)
+		}
+		return out, nil
+	}
+	return &mdspb.AttrReply{Attr: o.GetAttr(), Handle: o.GetHandle(), Created: true}, nil
 }

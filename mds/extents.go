@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -122,6 +123,10 @@ func (s *Server) GetExtents(ctx context.Context, req *mdspb.GetExtentsRequest) (
 		return nil, err
 	}
 	defer done(&err)
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &mdspb.GetExtentsReply{}
 	err = s.snapshot(func(r reader) error {
 		var err error
@@ -129,6 +134,9 @@ func (s *Server) GetExtents(ctx context.Context, req *mdspb.GetExtentsRequest) (
 		return err
 	})
 	if err != nil {
+		return nil, err
+	}
+	if out.Caps, err = s.refCaps(cl, out.Attr, out.Extents); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -184,11 +192,18 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 	if count == 0 || count > maxAllocCount {
 		return nil, fmt.Errorf("alloc of %d extents (1..%d): %w", count, maxAllocCount, errs.ErrInvalid)
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &mdspb.AllocExtentsReply{}
 	err = s.update(func(t *txn) error {
 		n, err := t.regularFile(req.GetIno())
 		if err != nil {
 			return err
+		}
+		if !cl.mayData(n.Attr, mayWrite) {
+			return cl.check(n.Attr, mayWrite, "alloc extents")
 		}
 		layout := n.Attr.Layout
 		if layout == nil {
@@ -221,6 +236,13 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 		return nil, err
 	}
 	s.m.extentsAllocated.Add(float64(len(out.Extents)))
+	ids := make([]uint64, len(out.Extents))
+	for i, e := range out.Extents {
+		ids[i] = e.GetId()
+	}
+	if out.Caps, err = s.extentCaps(ids, capability.Write); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -228,7 +250,7 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 // withLength) length.
 func sameExtent(a, b *mdspb.Extent, withLength bool) bool {
 	return proto.Equal(a.GetLayout(), b.GetLayout()) && slices.Equal(a.GetOsts(), b.GetOsts()) &&
-		(!withLength || a.GetLength() == b.GetLength())
+		(!withLength || a.GetLength() == b.GetLength() && a.GetLogicalLength() == b.GetLogicalLength())
 }
 
 // validRef checks the shape of one committed extent-map entry.
@@ -243,8 +265,10 @@ func validRef(r *mdspb.ExtentRef) error {
 		return fmt.Errorf("extent %d: empty ref: %w", e.Id, errs.ErrInvalid)
 	case r.FileOff > maxFileSize || r.Length > maxFileSize-r.FileOff:
 		return fmt.Errorf("extent %d: file range %d+%d too large: %w", e.Id, r.FileOff, r.Length, errs.ErrInvalid)
-	case r.ExtentOff > e.Length || r.Length > e.Length-r.ExtentOff:
-		return fmt.Errorf("extent %d: range %d+%d beyond extent length %d: %w", e.Id, r.ExtentOff, r.Length, e.Length, errs.ErrInvalid)
+	case r.ExtentOff > logicalLen(e) || r.Length > logicalLen(e)-r.ExtentOff:
+		return fmt.Errorf("extent %d: range %d+%d beyond extent length %d: %w", e.Id, r.ExtentOff, r.Length, logicalLen(e), errs.ErrInvalid)
+	case validCompressedExtent(e) != nil:
+		return validCompressedExtent(e)
 	case validLayout(e.Layout) != nil:
 		return fmt.Errorf("extent %d: %w", e.Id, validLayout(e.Layout))
 	case int(e.Layout.K+e.Layout.M) != len(e.Osts):

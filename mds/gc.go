@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -229,7 +228,7 @@ func (s *Server) deleteChunks(ctx context.Context, info *mdspb.OstInfo, chunks [
 		ok = false
 	}
 	if !ok {
-		cc, err := wire.Dial(info.Addr)
+		cc, err := s.dialOST(info.Addr)
 		if err != nil {
 			return fmt.Errorf("dial OST %d at %s: %w", info.Id, info.Addr, err)
 		}

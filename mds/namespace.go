@@ -52,7 +52,7 @@ func validLayout(l *mdspb.Layout) error {
 	case l.Unit == 0 || l.Unit > maxUnit:
 		return fmt.Errorf("layout unit %d: %w", l.Unit, errs.ErrInvalid)
 	}
-	return nil
+	return validCompression(l.Compression)
 }
 
 func attrReply(n *mdspb.Inode) *mdspb.AttrReply {
@@ -84,6 +84,10 @@ func (s *Server) Lookup(ctx context.Context, req *mdspb.LookupRequest) (_ *mdspb
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.snapshot(func(r reader) error {
 		p, err := readInode(r, req.GetParent())
@@ -92,6 +96,9 @@ func (s *Server) Lookup(ctx context.Context, req *mdspb.LookupRequest) (_ *mdspb
 		}
 		if !isDir(p.Attr.Mode) {
 			return fmt.Errorf("lookup in inode %d: %w", p.Attr.Ino, errs.ErrNotDir)
+		}
+		if err := cl.check(p.Attr, mayExec, "lookup"); err != nil {
+			return err
 		}
 		v, err := getValue(r, dentryKey(req.GetParent(), req.GetName()))
 		if err != nil {
@@ -142,6 +149,10 @@ func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mds
 		return nil, fmt.Errorf("setattr: unknown valid bits %#x: %w", valid&^setAttrAll, errs.ErrInvalid)
 	}
 	has := func(b mdspb.SetAttrBits) bool { return valid&uint32(b) != 0 }
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
@@ -149,6 +160,9 @@ func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mds
 			return err
 		}
 		a := n.Attr
+		if err := cl.checkSetAttr(a, req); err != nil {
+			return err
+		}
 		if valid == 0 {
 			out = attrReply(n)
 			return nil
@@ -249,10 +263,17 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 			return nil, err
 		}
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
+			return err
+		}
+		if err := cl.check(p.Attr, mayExec, "create"); err != nil {
 			return err
 		}
 		ino, cmode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
@@ -275,6 +296,9 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 			out = attrReply(n)
 			return s.openCreated(t, req, out)
 		}
+		if err := cl.check(p.Attr, mayWrite|mayExec, "create"); err != nil {
+			return err
+		}
 		layout := req.GetLayout()
 		if layout == nil {
 			layout = p.Attr.Layout
@@ -282,7 +306,8 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 		if layout == nil {
 			layout = s.o.DefaultLayout
 		}
-		n, err := t.newInode(mode, req.GetUid(), req.GetGid(), 1, layout)
+		uid, gid := cl.newOwner(req.GetUid(), req.GetGid())
+		n, err := t.newInode(mode, uid, gid, 1, layout)
 		if err != nil {
 			return err
 		}
@@ -345,16 +370,26 @@ func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.
 			return nil, err
 		}
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
 		}
+		if err := cl.check(p.Attr, mayExec, "mkdir"); err != nil {
+			return err
+		}
 		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetName()); err != nil {
 			return err
 		} else if ok {
 			return fmt.Errorf("mkdir %q: %w", req.GetName(), errs.ErrExists)
+		}
+		if err := cl.check(p.Attr, mayWrite|mayExec, "mkdir"); err != nil {
+			return err
 		}
 		layout := req.GetLayout()
 		if layout == nil {
@@ -363,7 +398,8 @@ func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.
 		if layout == nil {
 			layout = s.o.DefaultLayout
 		}
-		n, err := t.newInode(mode, req.GetUid(), req.GetGid(), 2, layout)
+		uid, gid := cl.newOwner(req.GetUid(), req.GetGid())
+		n, err := t.newInode(mode, uid, gid, 2, layout)
 		if err != nil {
 			return err
 		}
@@ -398,10 +434,17 @@ func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mds
 	case len(target) > maxSymlinkLen:
 		return nil, fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), maxSymlinkLen, errs.ErrNameTooLong)
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
+			return err
+		}
+		if err := cl.check(p.Attr, mayWrite|mayExec, "symlink"); err != nil {
 			return err
 		}
 		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetName()); err != nil {
@@ -409,7 +452,8 @@ func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mds
 		} else if ok {
 			return fmt.Errorf("symlink %q: %w", req.GetName(), errs.ErrExists)
 		}
-		n, err := t.newInode(sIFLNK|0o777, req.GetUid(), req.GetGid(), 1, p.Attr.Layout)
+		uid, gid := cl.newOwner(req.GetUid(), req.GetGid())
+		n, err := t.newInode(sIFLNK|0o777, uid, gid, 1, p.Attr.Layout)
 		if err != nil {
 			return err
 		}
@@ -452,6 +496,10 @@ func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.Att
 	if err := validName(req.GetNewName()); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
@@ -467,6 +515,9 @@ func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.Att
 		}
 		p, err := t.dir(req.GetNewParent())
 		if err != nil {
+			return err
+		}
+		if err := cl.check(p.Attr, mayWrite|mayExec, "link"); err != nil {
 			return err
 		}
 		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetNewName()); err != nil {
@@ -538,10 +589,17 @@ func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.UnlinkReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
+			return err
+		}
+		if err := cl.check(p.Attr, mayWrite|mayExec, "unlink"); err != nil {
 			return err
 		}
 		ino, mode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
@@ -556,6 +614,9 @@ func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb
 		}
 		n, err := t.inode(ino)
 		if err != nil {
+			return err
+		}
+		if err := cl.sticky(p.Attr, n.Attr, "unlink"); err != nil {
 			return err
 		}
 		if err := t.delDentry(p.Attr.Ino, req.GetName()); err != nil {
@@ -581,9 +642,16 @@ func (s *Server) Rmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	err = s.updateFor(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
+			return err
+		}
+		if err := cl.check(p.Attr, mayWrite|mayExec, "rmdir"); err != nil {
 			return err
 		}
 		ino, mode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
@@ -598,6 +666,9 @@ func (s *Server) Rmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.
 		}
 		d, err := t.inode(ino)
 		if err != nil {
+			return err
+		}
+		if err := cl.sticky(p.Attr, d.Attr, "rmdir"); err != nil {
 			return err
 		}
 		if err := t.removeDir(p, d); err != nil {
@@ -674,6 +745,10 @@ func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb
 	}
 	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
 	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	err = s.updateFor(ctx, func(t *txn) error {
 		op, err := t.dir(req.GetOldParent())
 		if err != nil {
@@ -681,6 +756,12 @@ func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb
 		}
 		np, err := t.dir(req.GetNewParent())
 		if err != nil {
+			return err
+		}
+		if err := cl.check(op.Attr, mayWrite|mayExec, "rename"); err != nil {
+			return err
+		}
+		if err := cl.check(np.Attr, mayWrite|mayExec, "rename"); err != nil {
 			return err
 		}
 		oldName, newName := req.GetOldName(), req.GetNewName()
@@ -706,6 +787,9 @@ func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb
 		}
 		src, err := t.inode(srcIno)
 		if err != nil {
+			return err
+		}
+		if err := cl.checkRename(t, op, np, src, dstIno, dstOK); err != nil {
 			return err
 		}
 		// A directory may not move into its own subtree.
@@ -812,6 +896,10 @@ func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mds
 	if len(req.GetAfter()) > maxNameLen {
 		return nil, fmt.Errorf("readdir after a name of %d bytes: %w", len(req.GetAfter()), errs.ErrNameTooLong)
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &mdspb.ReadDirReply{Eof: true}
 	err = s.snapshot(func(r reader) error {
 		d, err := readInode(r, req.GetIno())
@@ -820,6 +908,9 @@ func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mds
 		}
 		if !isDir(d.Attr.Mode) {
 			return fmt.Errorf("readdir of inode %d: %w", d.Attr.Ino, errs.ErrNotDir)
+		}
+		if err := cl.check(d.Attr, mayRead, "readdir"); err != nil {
+			return err
 		}
 		prefix := dentryPrefix(d.Attr.Ino)
 		lower := prefix

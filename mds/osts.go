@@ -115,7 +115,12 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 		return nil, fmt.Errorf("register OST: addr of %d bytes (1..%d): %w", len(addr), maxAddrLen, errs.ErrInvalid)
 	}
 	var id uint32
+	var secret []byte
 	err = s.update(func(t *txn) error {
+		var err error
+		if secret, err = t.ensureCapSecret(); err != nil {
+			return err
+		}
 		v, err := getValue(t.b, ostUUIDKey(uuid))
 		switch {
 		case err == nil:
@@ -156,7 +161,7 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 	o.lastHB = s.o.Now()
 	s.osts.mu.Unlock()
 	s.log.Info("ost registered", "ost", id, "uuid", uuid, "addr", addr)
-	return &mdspb.RegisterOstReply{Id: id}, nil
+	return &mdspb.RegisterOstReply{Id: id, CapSecret: secret}, nil
 }
 
 // Heartbeat records that an OST is alive, with its current space. Only an

@@ -2,10 +2,12 @@ package mds
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -27,8 +29,11 @@ type RaftOptions struct {
 	// included. It is read on the first start only (an empty Raft log);
 	// afterwards the configuration is in the log and in "P" keys.
 	Peers map[uint64]string
-	// Join starts a member that is not in Peers' configuration: it waits
-	// to be added (shoal admin mds add) and catches up from a snapshot.
+	// Join starts a member that is not in the group yet: it waits to be
+	// added (shoal admin mds add) and catches up from the leader's log or
+	// a snapshot. Peers then names the group's current members (this
+	// one may be among them or not): the new member knows them by it
+	// until it has applied the group's own record of its members.
 	Join bool
 	// TickInterval is the Raft clock; default 50ms. ElectionTicks (default
 	// 10) and HeartbeatTicks (default 1) are counted in it.
@@ -52,6 +57,10 @@ func (o *RaftOptions) withDefaults() (RaftOptions, error) {
 		if _, ok := c.Peers[c.ID]; !ok {
 			return c, fmt.Errorf("mds: Raft.Peers does not name this member (%d): %w", c.ID, errs.ErrInvalid)
 		}
+	} else if len(c.Peers) == 0 {
+		// A new member answers the leader at the address it has for it;
+		// until it has applied the group's entries, Peers is all it has.
+		return c, fmt.Errorf("mds: Raft.Join needs Raft.Peers naming the group's members: %w", errs.ErrInvalid)
 	}
 	if c.TickInterval <= 0 {
 		c.TickInterval = 50 * time.Millisecond
@@ -135,6 +144,9 @@ type replica struct {
 	ov      *pebble.Batch
 	ovTerm  uint64
 	removed bool // this member was removed from the group
+
+	closeOnce sync.Once // close runs once: Halt, then Server.Close
+	closeErr  error
 }
 
 type pendingProp struct {
@@ -159,15 +171,17 @@ func decodeEntry(d []byte) (term, id uint64, repr []byte, err error) {
 	return binary.BigEndian.Uint64(d[1:]), binary.BigEndian.Uint64(d[9:]), d[17:], nil
 }
 
-// raftLogger sends etcd raft's log to slog.
+// raftLogger sends etcd raft's log to slog; its Info messages (every
+// vote, every configuration step) go out at Debug: the member logs role
+// changes and leadership itself.
 type raftLogger struct{ l *slog.Logger }
 
 func (r raftLogger) Debug(v ...any)                 { r.l.Debug(fmt.Sprint(v...), "component", "raft") }
 func (r raftLogger) Debugf(f string, v ...any)      { r.l.Debug(fmt.Sprintf(f, v...), "component", "raft") }
 func (r raftLogger) Error(v ...any)                 { r.l.Error(fmt.Sprint(v...), "component", "raft") }
 func (r raftLogger) Errorf(f string, v ...any)      { r.l.Error(fmt.Sprintf(f, v...), "component", "raft") }
-func (r raftLogger) Info(v ...any)                  { r.l.Info(fmt.Sprint(v...), "component", "raft") }
-func (r raftLogger) Infof(f string, v ...any)       { r.l.Info(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Info(v ...any)                  { r.l.Debug(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Infof(f string, v ...any)       { r.l.Debug(fmt.Sprintf(f, v...), "component", "raft") }
 func (r raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
 func (r raftLogger) Warningf(f string, v ...any)    { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
 func (r raftLogger) Fatal(v ...any)                 { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
@@ -201,8 +215,10 @@ func (s *Server) startReplica(o RaftOptions) error {
 		}
 		r.mu.applied, r.mu.appliedTerm = idx, term
 	}
+	var voters []uint64 // the group as of the applied index ("P" keys)
 	if err := scan(s.db, []byte{prefixMember}, func(k, v []byte) (bool, error) {
 		r.mu.members[binary.BigEndian.Uint64(k[1:])] = string(v)
+		voters = append(voters, binary.BigEndian.Uint64(k[1:]))
 		return true, nil
 	}); err != nil {
 		store.close()
@@ -220,6 +236,12 @@ func (s *Server) startReplica(o RaftOptions) error {
 		store.close()
 		return fmt.Errorf("mds: state machine at index %d is behind the raft snapshot at %d: %w", r.mu.applied, r.snapIndex, errs.ErrCorrupt)
 	}
+	if !fresh {
+		if err := r.restoreConfState(voters); err != nil {
+			store.close()
+			return err
+		}
+	}
 	cfg := &raft.Config{
 		ID:                        o.ID,
 		ElectionTick:              o.ElectionTicks,
@@ -234,7 +256,11 @@ func (s *Server) startReplica(o RaftOptions) error {
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlyLeaseBased,
 		DisableProposalForwarding: true,
-		Logger:                    raftLogger{s.log},
+		// A leader removed from the group steps down at once; without
+		// this it would go on sending heartbeats, and the others would
+		// not elect a new leader until its process stopped.
+		StepDownOnRemoval: true,
+		Logger:            raftLogger{s.log},
 	}
 	r.net = newPeerNet(r)
 	switch {
@@ -260,6 +286,40 @@ func (s *Server) startReplica(o RaftOptions) error {
 	s.log.Info("mds raft member started", "member", o.ID, "applied", r.mu.applied, "fresh", fresh, "members", len(r.mu.members))
 	s.raft = r
 	go r.run()
+	return nil
+}
+
+// restoreConfState gives the Raft library the group's configuration as
+// of the applied index. The library takes it from the log's snapshot
+// (raft.Storage.InitialState) and does not deliver again the entries up
+// to Config.Applied, conf changes included; so a member restarted before
+// any snapshot, or after a membership change applied since the last
+// one, would start with no configuration (or an old one) and never
+// elect. The state machine knows the group at its applied index: its
+// "P" keys, written in the same batch as each conf change (members are
+// all voters). When they differ from the snapshot's voters, the state
+// machine is synced and a snapshot is recorded at the applied index
+// with them. Runs before the node starts.
+func (r *replica) restoreConfState(voters []uint64) error {
+	applied := r.mu.applied
+	if applied == 0 || len(voters) == 0 || applied <= r.snapIndex {
+		return nil
+	}
+	have := slices.Clone(r.confState.GetVoters())
+	slices.Sort(have)
+	slices.Sort(voters)
+	if slices.Equal(have, voters) && len(r.confState.GetLearners()) == 0 {
+		return nil
+	}
+	if err := r.s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("mds: sync before restoring the group configuration: %w", err)
+	}
+	cs := &rpb.ConfState{Voters: voters}
+	if err := r.store.compact(applied, cs, u64(nil, r.o.ID), r.o.KeepEntries); err != nil {
+		return fmt.Errorf("mds: record the group configuration at %d: %w", applied, err)
+	}
+	r.confState, r.snapIndex = cs, applied
+	r.log.Info("mds raft configuration restored from the state machine", "applied", applied, "voters", voters)
 	return nil
 }
 
@@ -328,11 +388,38 @@ func (r *replica) handle(rd raft.Ready) error {
 		r.confState = proto.Clone(rpb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*rpb.ConfState)
 		r.snapIndex = rd.Snapshot.GetMetadata().GetIndex()
 	}
+	r.freshenSnapshots(rd.Messages)
 	r.net.send(rd.Messages)
 	if err := r.applyEntries(rd.CommittedEntries); err != nil {
 		return err
 	}
 	return r.maybeCompact()
+}
+
+// freshenSnapshots moves every outgoing snapshot message to this
+// member's applied index, term and configuration, as etcd's server does
+// (createMergedSnapshotMessage). The snapshot the library picks is the
+// last compaction's, whose configuration may predate the member it goes
+// to (one just added), and a member that is not in a snapshot's
+// configuration refuses it, so it would never catch up. The state
+// machine the receiver fetches (Peer.Snapshot) is at the sender's
+// applied index or past it in any case, and the log holds every entry
+// after it.
+func (r *replica) freshenSnapshots(msgs []*rpb.Message) {
+	for _, m := range msgs {
+		if m.GetType() != rpb.MessageType_MsgSnap || m.GetSnapshot() == nil {
+			continue
+		}
+		r.mu.Lock()
+		idx, term := r.mu.applied, r.mu.appliedTerm
+		r.mu.Unlock()
+		md := m.GetSnapshot().GetMetadata()
+		if md == nil || idx <= md.GetIndex() {
+			continue
+		}
+		m.Snapshot = &rpb.Snapshot{Data: m.GetSnapshot().GetData(), Metadata: &rpb.SnapshotMetadata{
+			Index: &idx, Term: &term, ConfState: proto.Clone(r.confState).(*rpb.ConfState)}}
+	}
 }
 
 // stepDown ends this member's service as leader: proposals in flight fail
@@ -533,18 +620,99 @@ func applyRepr(db *pebble.DB, b *pebble.Batch, repr []byte) error {
 }
 
 // close stops the loop, the node and the transport, and closes the log.
+// Only the first call does anything.
 func (r *replica) close() error {
-	r.stopCtxCancel()
-	close(r.stop)
-	<-r.done
-	r.node.Stop()
-	r.net.close()
-	r.stepDown()
-	if r.ov != nil {
-		r.ov.Close()
-		r.ov = nil
+	r.closeOnce.Do(func() {
+		r.stopCtxCancel()
+		close(r.stop)
+		<-r.done
+		r.node.Stop()
+		r.net.close()
+		r.stepDown()
+		r.s.mu.Lock()
+		if r.ov != nil {
+			r.ov.Close()
+			r.ov = nil
+		}
+		r.s.mu.Unlock()
+		r.closeErr = r.store.close()
+	})
+	return r.closeErr
+}
+
+// Halt stops this member's part in its group at once, as the death of its
+// process would: the Raft loop stops between two Ready batches (what a
+// Ready persisted stays persisted, nothing more is applied or sent), the
+// transport closes its streams, calls in flight fail with NOT_LEADER. The
+// server answers nothing but NOT_LEADER afterwards and must still be
+// closed. For tests that kill members (test/cluster KillMDS); a no-op
+// for a single MDS.
+func (s *Server) Halt() error {
+	if s.raft == nil {
+		return nil
 	}
-	return r.store.close()
+	return s.raft.close()
+}
+
+// MemberStatus is a replicated MDS member's view of itself.
+type MemberStatus struct {
+	ID      uint64
+	Role    string // leader, follower, candidate, pre-candidate
+	Term    uint64
+	Leader  uint64 // 0: none known
+	Applied uint64 // last entry applied to the state machine
+	Commit  uint64
+	// Serving: this member leads and takes calls (it applied every entry
+	// before its term).
+	Serving bool
+	Members map[uint64]string // id -> address, as of Applied
+}
+
+// MemberStatus returns this member's status; ok is false for a single MDS.
+func (s *Server) MemberStatus() (st MemberStatus, ok bool) {
+	r := s.raft
+	if r == nil {
+		return st, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st = MemberStatus{ID: r.o.ID, Role: roleName(r.mu.role), Term: r.mu.term, Leader: r.mu.leader,
+		Applied: r.mu.applied, Commit: r.mu.commit, Serving: r.mu.serving && r.mu.formatted,
+		Members: make(map[uint64]string, len(r.mu.members))}
+	for id, a := range r.mu.members {
+		st.Members[id] = a
+	}
+	return st, true
+}
+
+// StateDigest hashes every key and value of the state machine, from one
+// Pebble snapshot, and returns it with the applied index it is at: two
+// members at the same applied index must have the same digest (tests
+// compare them after a run).
+func (s *Server) StateDigest() (applied uint64, digest [32]byte, err error) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return 0, digest, fmt.Errorf("mds: closed: %w", errs.ErrUnavailable)
+	}
+	h := sha256.New()
+	err = s.snapshot(func(r reader) error {
+		if v, err := getValue(r, appliedKey()); err == nil {
+			applied, _, _ = decodeApplied(v)
+		}
+		return scanRange(r, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, func(k, v []byte) (bool, error) {
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(len(k)))
+			h.Write(n[:])
+			h.Write(k)
+			binary.BigEndian.PutUint64(n[:], uint64(len(v)))
+			h.Write(n[:])
+			h.Write(v)
+			return true, nil
+		})
+	})
+	copy(digest[:], h.Sum(nil))
+	return applied, digest, err
 }
 
 // errDuplicate: a mutation with this request id was applied already.

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/mds/peerpb"
 )
 
 // group is an in-process MDS group on loopback.
@@ -236,6 +238,39 @@ func TestRaftRequestIDs(t *testing.T) {
 	if _, err := cli.Create(metadataCtx(ctx, wire.RequestIDHeader, "test-2"), req); !errors.Is(err, errs.ErrExists) {
 		t.Fatalf("second create: %v", err)
 	}
+
+	// A create that also opens (the mount's create): the retry answers
+	// with an open handle of the same session, as the first try did.
+	sess, err := cli.OpenSession(ctx, &mdspb.OpenSessionRequest{Client: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oreq := &mdspb.CreateRequest{Parent: rootIno, Name: []byte("g"), Mode: sIFREG | 0o644, Exclusive: true, OpenSession: sess.GetSession()}
+	octx := metadataCtx(ctx, wire.RequestIDHeader, "test-3")
+	o1, err := cli.Create(octx, oreq)
+	if err != nil || !o1.GetCreated() || o1.GetHandle() == 0 {
+		t.Fatalf("create and open: %v, %v", o1, err)
+	}
+	o2, err := cli.Create(octx, oreq)
+	if err != nil {
+		t.Fatalf("retry of create and open: %v", err)
+	}
+	if !o2.GetCreated() || o2.GetHandle() == 0 || o2.GetAttr().GetIno() != o1.GetAttr().GetIno() {
+		t.Fatalf("retry of create and open answered created %v handle %d ino %d; first try: ino %d",
+			o2.GetCreated(), o2.GetHandle(), o2.GetAttr().GetIno(), o1.GetAttr().GetIno())
+	}
+	if _, err := cli.Release(ctx, &mdspb.ReleaseRequest{Session: sess.GetSession(), Handle: o2.GetHandle()}); err != nil {
+		t.Fatalf("release the retry's handle: %v", err)
+	}
+	// The retry reaches a leader that no longer knows the session (as
+	// after a failover): the attributes and no handle, never STALE
+	// (which would say nothing was created).
+	gone := proto.Clone(oreq).(*mdspb.CreateRequest)
+	gone.OpenSession = sess.GetSession() + 1000
+	o3, err := cli.Create(octx, gone)
+	if err != nil || o3.GetHandle() != 0 || o3.GetCreated() || o3.GetAttr().GetIno() != o1.GetAttr().GetIno() {
+		t.Fatalf("retry with a lost session: %v, %v", o3, err)
+	}
 	gr.converge()
 }
 
@@ -266,4 +301,112 @@ func BenchmarkRaftCreate(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
+}
+
+// TestRaftRestartAllBeforeSnapshot stops every member before any log
+// compaction and starts them again: the configuration, which the Raft
+// library reads from the log's snapshot, comes from the state machine
+// (restoreConfState), so the group elects a leader and has everything.
+// Then the same after a member is added (the configuration changed since
+// the last snapshot).
+func TestRaftRestartAllBeforeSnapshot(t *testing.T) {
+	gr := startGroup(t, 3)
+	ctx := context.Background()
+	create := func(name string) {
+		t.Helper()
+		if _, err := gr.srv[gr.leader()].Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: []byte(name), Mode: sIFREG | 0o644, Exclusive: true}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	restartAll := func() {
+		t.Helper()
+		var ids []uint64
+		for id := range gr.srv {
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			gr.stop(id)
+		}
+		for _, id := range ids {
+			gr.startMember(id, nil)
+		}
+	}
+	check := func(names ...string) {
+		t.Helper()
+		lead := gr.srv[gr.leader()]
+		for _, n := range names {
+			if _, err := lead.Lookup(ctx, &mdspb.LookupRequest{Parent: rootIno, Name: []byte(n)}); err != nil {
+				t.Fatalf("%s after restarting every member: %v", n, err)
+			}
+		}
+	}
+	create("a")
+	restartAll()
+	check("a")
+	create("b")
+
+	// A fourth member joins; all four restart.
+	gr.add(4)
+	create("c")
+	gr.converge()
+	restartAll()
+	check("a", "b", "c")
+	if st, _ := gr.srv[4].MemberStatus(); len(st.Members) != 4 {
+		t.Fatalf("member 4 sees members %v", st.Members)
+	}
+	gr.converge()
+}
+
+// add starts member id with Join and has the leader add it.
+func (gr *group) add(id uint64) {
+	gr.t.Helper()
+	b, err := wire.Bind("127.0.0.1:0")
+	if err != nil {
+		gr.t.Fatal(err)
+	}
+	gr.addrs[id], gr.dirs[id] = b.Addr(), gr.t.TempDir()
+	o := testOptions(gr.t)
+	o.Dir = gr.dirs[id]
+	o.Raft = &RaftOptions{ID: id, Join: true, Peers: gr.addrs, TickInterval: 20 * time.Millisecond}
+	s, err := Open(context.Background(), o)
+	if err != nil {
+		gr.t.Fatal(err)
+	}
+	b.Serve(s.Register)
+	gr.srv[id], gr.g[id] = s, b
+	lead := gr.srv[gr.leader()]
+	if _, err := (&peerService{s: lead}).ChangeMember(context.Background(), &peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_ADD, Id: id, Addr: gr.addrs[id]}); err != nil {
+		gr.t.Fatalf("add member %d: %v", id, err)
+	}
+}
+
+// TestRaftAddMemberAfterCompaction adds a member to a group whose log was
+// compacted before the member existed, and writes nothing more: the
+// snapshot it is sent carries the current configuration
+// (freshenSnapshots), so it accepts it and catches up; before, it
+// refused the compaction's snapshot (not in its configuration) until the
+// next compaction.
+func TestRaftAddMemberAfterCompaction(t *testing.T) {
+	gr := startGroup(t, 3) // compaction every 200 entries, 50 kept
+	ctx := context.Background()
+	lead := gr.srv[gr.leader()]
+	for i := 0; i < 260; i++ {
+		if _, err := lead.Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: fmt.Appendf(nil, "f%d", i), Mode: sIFREG | 0o644, Exclusive: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gr.add(4)
+	gr.converge()
+	// Kill a follower of the first three: the new member is needed for
+	// a quorum (three of four).
+	for id := uint64(1); id <= 3; id++ {
+		if id != gr.leader() {
+			gr.stop(id)
+			break
+		}
+	}
+	if _, err := gr.srv[gr.leader()].Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: []byte("after"), Mode: sIFREG | 0o644, Exclusive: true}); err != nil {
+		t.Fatal(err)
+	}
+	gr.converge()
 }

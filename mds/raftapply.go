@@ -70,6 +70,12 @@ func (r *replica) applyEntries(ents []*rpb.Entry) error {
 	openTerm := uint64(0) // a leader's own first entry: start serving after it
 	for _, e := range ents {
 		if e.GetIndex() <= applied {
+			// In the state machine already (installed from a copy taken
+			// past the snapshot's index); but the Raft library must still
+			// learn the configuration changes among them.
+			if err := r.skipConfChange(e); err != nil {
+				return err
+			}
 			continue
 		}
 		last, lastTerm = e.GetIndex(), e.GetTerm()
@@ -147,6 +153,26 @@ func (r *replica) applyEntries(ents []*rpb.Entry) error {
 		if err := r.startServing(openTerm); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// skipConfChange gives the Raft library a configuration change that the
+// state machine holds already (its "P" keys came with a snapshot copy).
+func (r *replica) skipConfChange(e *rpb.Entry) error {
+	switch e.GetType() {
+	case rpb.EntryType_EntryConfChange:
+		var cc rpb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return fmt.Errorf("conf change %d: %w", e.GetIndex(), err)
+		}
+		r.confState = r.node.ApplyConfChange(&cc)
+	case rpb.EntryType_EntryConfChangeV2:
+		var cc rpb.ConfChangeV2
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return fmt.Errorf("conf change %d: %w", e.GetIndex(), err)
+		}
+		r.confState = r.node.ApplyConfChange(&cc)
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -35,7 +36,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/mds/peerpb"
 )
@@ -56,6 +59,16 @@ type Options struct {
 	// Raft makes this MDS one member of a replicated group
 	// (docs/mds-raft.md); nil: a single MDS, no Raft at all.
 	Raft *RaftOptions
+	// Creds is the MDS's mutual TLS identity, used when it calls OSTs
+	// and the other members of its group; nil: plaintext (--insecure).
+	// The gRPC server itself is made by the caller (wire.Bind with
+	// wire.ServeCreds and the Authorizer method).
+	Creds *wire.Creds
+	// Identity maps callers' certificates to trust levels (perm.go).
+	Identity IdentityOptions
+	// CapabilityTTL is the lifetime of the chunk capabilities the MDS
+	// signs (caps.go); default DefaultCapabilityTTL.
+	CapabilityTTL time.Duration
 }
 
 // Limits of the API.
@@ -108,6 +121,7 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Now = time.Now
 	}
 	c.Admin.setDefaults(c.GCGrace)
+	c.Identity.setDefaults()
 	if c.Raft != nil {
 		r, err := c.Raft.withDefaults()
 		if err != nil {
@@ -143,6 +157,8 @@ type Server struct {
 	}
 
 	osts ostTable
+
+	capk atomic.Pointer[capability.Key] // the capability key once known (caps.go)
 
 	wal walSyncer // group commit of mutations (txn.go)
 

@@ -233,6 +233,15 @@ func (s *Server) Open(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.Ope
 	}
 	out := &mdspb.OpenReply{Handle: h}
 	if req.GetExtents() {
+		cl, err := s.callerOf(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err == nil {
+				out.Caps, err = s.refCaps(cl, out.Attr, out.Extents)
+			}
+		}()
 		// Read after the handle exists: what a later commit changes is
 		// seen at the next open, as close-to-open promises.
 		err = s.snapshot(func(r reader) error {

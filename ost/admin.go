@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -94,6 +95,9 @@ func (st *store) list(ctx context.Context, after *chunkID, limit int) ([]chunkEn
 }
 
 func (v *service) ListChunks(ctx context.Context, req *ostpb.ListChunksRequest) (*ostpb.ListChunksReply, error) {
+	if err := v.s.checkCap(ctx, 0, capability.Admin); err != nil {
+		return nil, err
+	}
 	limit := int(req.GetLimit())
 	switch {
 	case limit == 0:
@@ -118,5 +122,8 @@ func (v *service) ListChunks(ctx context.Context, req *ostpb.ListChunksRequest) 
 }
 
 func (v *service) Scrub(ctx context.Context, req *ostpb.ScrubRequest) (*ostpb.ScrubStatus, error) {
+	if err := v.s.checkCap(ctx, 0, capability.Admin); err != nil {
+		return nil, err
+	}
 	return v.s.scrubControl(req.GetStart(), req.GetRate())
 }

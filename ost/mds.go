@@ -36,7 +36,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.opts.AdvertiseAddr == "" {
 		return fmt.Errorf("ost: Options.AdvertiseAddr is empty: %w", errs.ErrInvalid)
 	}
-	conn, err := wire.DialGroup(s.opts.MDSAddr) // one MDS or a group ("a,b,c"): follows the leader
+	conn, err := wire.DialGroup(s.opts.MDSAddr, wire.WithCreds(s.opts.Creds)) // one MDS or a group ("a,b,c"): follows the leader
 	if err != nil {
 		return fmt.Errorf("ost: dial MDS %s: %w", s.opts.MDSAddr, err)
 	}
@@ -147,6 +147,9 @@ func (s *Server) register(ctx context.Context, cli mdspb.MdsClient) error {
 	})
 	if err != nil {
 		return fmt.Errorf("ost: RegisterOst: %w", err)
+	}
+	if err := s.setCapSecret(rep.GetCapSecret()); err != nil {
+		return err
 	}
 	id := rep.GetId()
 	switch old := s.ID(); {

@@ -12,6 +12,7 @@ type metrics struct {
 	readBytes     prometheus.Counter
 	writeBytes    prometheus.Counter
 	corruptBlocks prometheus.Counter
+	capRefused    prometheus.Counter
 
 	reg        prometheus.Registerer // nil: not registered
 	collectors []prometheus.Collector
@@ -31,6 +32,10 @@ func newMetrics() *metrics {
 			Name: "shoal_ost_corrupt_blocks_total",
 			Help: "Checksum mismatches found: data blocks, or sidecars that are missing or fail their own check.",
 		}),
+		capRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_capability_refused_total",
+			Help: "Chunk calls refused for a missing, forged, expired or mismatched capability (docs/security.md).",
+		}),
 	}
 }
 
@@ -40,7 +45,7 @@ func (m *metrics) register(reg prometheus.Registerer, st *store) error {
 		return nil
 	}
 	cs := []prometheus.Collector{
-		m.readBytes, m.writeBytes, m.corruptBlocks,
+		m.readBytes, m.writeBytes, m.corruptBlocks, m.capRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shoal_ost_chunks",
 			Help: "Chunks stored.",

@@ -16,9 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/checksum"
 	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
 
@@ -49,6 +51,12 @@ type Options struct {
 	// DirectIO chooses where chunk data bypasses the page cache
 	// (O_DIRECT); default DirectDefault.
 	DirectIO DirectIO
+	// Creds is the OST's mutual TLS identity for its calls to the MDS
+	// and for the data path's listener; nil: plaintext (--insecure). The
+	// gRPC server itself is made by the caller (wire.Bind, wire.ServeCreds).
+	Creds *wire.Creds
+	// Now is the clock capabilities are checked against; default time.Now.
+	Now func() time.Time
 	// Scrub configures the scrubber (scrub.go); it runs once Start has
 	// registered with the MDS.
 	Scrub ScrubOptions
@@ -112,6 +120,9 @@ type Server struct {
 	dataAddr string          // its address for clients; "" when off
 
 	scrub scrubber // the scrubber's state (scrub.go)
+
+	capk    atomic.Pointer[capability.Key] // the MDS's capability key once registered (caps.go)
+	capNone atomic.Bool                    // the MDS handed no key over: nothing is checked
 
 	mu struct {
 		sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -29,6 +30,9 @@ func (v *service) WriteChunk(ctx context.Context, req *ostpb.WriteChunkRequest) 
 	if err != nil {
 		return nil, err
 	}
+	if err := v.s.checkCap(ctx, c.extent, capability.Write); err != nil {
+		return nil, err
+	}
 	if err := v.s.writeChunk(ctx, c, req.GetData()); err != nil {
 		return nil, err
 	}
@@ -38,6 +42,9 @@ func (v *service) WriteChunk(ctx context.Context, req *ostpb.WriteChunkRequest) 
 func (v *service) ReadChunk(ctx context.Context, req *ostpb.ReadChunkRequest) (*ostpb.ReadChunkReply, error) {
 	c, err := chunkFromPB(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if err := v.s.checkCap(ctx, c.extent, capability.Read); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -51,6 +58,9 @@ func (v *service) ReadChunk(ctx context.Context, req *ostpb.ReadChunkRequest) (*
 }
 
 func (v *service) DeleteChunks(ctx context.Context, req *ostpb.DeleteChunksRequest) (*ostpb.DeleteChunksReply, error) {
+	if err := v.s.checkCap(ctx, 0, capability.Admin); err != nil {
+		return nil, err
+	}
 	ids := make([]chunkID, len(req.GetIds()))
 	for i, id := range req.GetIds() {
 		c, err := chunkFromPB(id)
@@ -75,9 +85,12 @@ func (v *service) DeleteChunks(ctx context.Context, req *ostpb.DeleteChunksReque
 	return &ostpb.DeleteChunksReply{Deleted: n}, nil
 }
 
-func (v *service) StatChunk(_ context.Context, req *ostpb.StatChunkRequest) (*ostpb.StatChunkReply, error) {
+func (v *service) StatChunk(ctx context.Context, req *ostpb.StatChunkRequest) (*ostpb.StatChunkReply, error) {
 	c, err := chunkFromPB(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if err := v.s.checkCap(ctx, c.extent, capability.Read); err != nil {
 		return nil, err
 	}
 	n, err := v.s.st.stat(c)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/layout"
-	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/ost"
@@ -91,7 +90,7 @@ func (ds *dataset) verify(t *testing.T, c *client.Client) {
 
 func adminStub(t *testing.T, cl *cluster.Cluster) mdspb.MdsClient {
 	t.Helper()
-	cc, err := wire.Dial(cl.MDSAddr())
+	cc, err := cl.DialMDS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +328,7 @@ func TestAdminDrainRemove(t *testing.T) {
 }
 
 func ostInfo(cl *cluster.Cluster, i int) (*ostpb.InfoReply, error) {
-	cc, err := wire.Dial(cl.OST(i).Addr)
+	cc, err := cl.DialOST(i)
 	if err != nil {
 		return nil, err
 	}
@@ -461,7 +460,7 @@ func TestAdminFsckOrphan(t *testing.T) {
 	c := cl.Client()
 	stub := adminStub(t, cl)
 	writeDataset(t, c, "/o", 2, 1<<20, 5)
-	cc, err := wire.Dial(cl.OST(1).Addr)
+	cc, err := cl.DialOST(1)
 	if err != nil {
 		t.Fatal(err)
 	}

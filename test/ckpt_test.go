@@ -912,7 +912,7 @@ func TestCkptCLI(t *testing.T) {
 	cl := ckptCluster(t, cluster.Options{})
 	shoal := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, append([]string{"ckpt"}, args...)...)
-		cmd.Env = append(os.Environ(), "SHOAL_MDS="+cl.MDSAddr())
+		cmd.Env = append(append(os.Environ(), "SHOAL_MDS="+cl.MDSAddr()), cl.TLSEnv()...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

@@ -514,6 +514,10 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 		if err != nil {
 			return nil, fmt.Errorf("ckpt: open shard %q: %w", sh.Name, err)
 		}
+		if err := f.SetCompression(s.shardCompression(&p.e)); err != nil { // compress.go
+			f.Close(ctx)
+			return nil, fmt.Errorf("ckpt: shard %q: %w", sh.Name, err)
+		}
 		piece := 0
 		for _, w := range p.writes {
 			err = writePieces(ctx, f, w.data, w.off, func(int) error {

@@ -50,6 +50,12 @@ type Options struct {
 	Retention Policy
 	// NoReuse turns off zero-copy reuse: every save writes every byte.
 	NoReuse bool
+	// NoCompression turns off the checkpoint codec (compress.go): shards
+	// are then stored as their directory's layout says.
+	NoCompression bool
+	// CompressMinSaving is the saving (percent of an extent) under which
+	// a shard's extent is stored raw (default 10).
+	CompressMinSaving int
 	// AsyncInFlight bounds SaveAsync flushes in flight per job (default
 	// 1): a further SaveAsync waits for one to finish (back-pressure).
 	AsyncInFlight int

@@ -25,7 +25,12 @@ type adminFlags struct {
 	mds    string
 	json   bool
 	detach bool
+	tls    tlsFlags
 }
+
+// creds loads the administrator's credentials (--cert/--key/--ca, or
+// --insecure).
+func (af *adminFlags) creds() (*wire.Creds, error) { return af.tls.load() }
 
 func newAdminCmd(g *globals) *cobra.Command {
 	af := &adminFlags{}
@@ -35,6 +40,8 @@ func newAdminCmd(g *globals) *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&af.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address, or the comma-separated addresses of an MDS group (default $SHOAL_MDS)")
 	cmd.PersistentFlags().BoolVar(&af.json, "json", false, "print the result as JSON (no progress bar)")
+	addPersistentTLSFlags(cmd, &af.tls)
+	cmd.AddCommand(newCACmd(), newCertCmd())
 	cmd.AddCommand(
 		adminDfCmd(af), adminOstsCmd(af), adminSetstripeCmd(af), adminGetstripeCmd(af),
 		adminRepairCmd(af), adminDrainCmd(af), adminUndrainCmd(af), adminRemoveCmd(af),
@@ -49,7 +56,11 @@ func (af *adminFlags) stub() (mdspb.MdsClient, func(), error) {
 	if err := requireMDS(af.mds); err != nil {
 		return nil, nil, err
 	}
-	cc, err := wire.DialGroup(af.mds) // one MDS or a group: follows the leader
+	cr, err := af.creds()
+	if err != nil {
+		return nil, nil, err
+	}
+	cc, err := wire.DialGroup(af.mds, wire.WithCreds(cr)) // one MDS or a group: follows the leader
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial MDS %s: %w", af.mds, err)
 	}
@@ -188,7 +199,11 @@ func (af *adminFlags) withClient(fn func(ctx context.Context, c *client.Client) 
 	}
 	ctx, cancel := callCtx()
 	defer cancel()
-	c, err := client.New(ctx, client.Options{MDS: af.mds})
+	cr, err := af.creds()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(ctx, client.Options{MDS: af.mds, Creds: cr})
 	if err != nil {
 		return err
 	}
@@ -204,6 +219,11 @@ type stripeReport struct {
 	M      uint32 `json:"m"`
 	Unit   uint32 `json:"unit"`
 	Layout string `json:"layout"`
+	// Compress is the compression attribute as setstripe takes it
+	// (none, s2, zstd:LEVEL); its options follow when it is not none.
+	Compress          string `json:"compress"`
+	CompressMinSaving uint32 `json:"compress_min_saving,omitempty"`
+	CompressPlanes    uint32 `json:"compress_planes,omitempty"`
 }
 
 func stripeOf(path string, a *mdspb.Attr) stripeReport {
@@ -219,7 +239,10 @@ func stripeOf(path string, a *mdspb.Attr) stripeReport {
 	case l.GetM() == 0:
 		desc = fmt.Sprintf("striping over %d, no parity, unit %s", l.GetK(), humanBytes(uint64(l.GetUnit())))
 	}
-	return stripeReport{Path: path, Ino: a.GetIno(), Type: typ, K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Layout: desc}
+	r := stripeReport{Path: path, Ino: a.GetIno(), Type: typ, K: l.GetK(), M: l.GetM(), Unit: l.GetUnit()}
+	desc += compressReport(l.GetCompression(), &r)
+	r.Layout = desc
+	return r
 }
 
 func printStripe(w io.Writer, af *adminFlags, r stripeReport) error {
@@ -234,12 +257,14 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 	var k, m uint32
 	var unit string
 	var replicas uint32
+	var comp compressFlags
 	cmd := &cobra.Command{
 		Use:   "setstripe PATH",
 		Short: "Set the layout of a directory (inherited by new files) or of an empty file",
 		Long: "Set the layout {k, m, unit} of a directory, which files and directories created in it inherit, " +
 			"or of an empty regular file. PATH is a path inside the file system (from its root). " +
-			"--replicas N is k=1, m=N-1.",
+			"--replicas N is k=1, m=N-1. --compress none|s2|zstd[:LEVEL] sets the compression attribute (docs/compression.md), " +
+			"which alone may also change on a file with data (its new extents follow it).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := parseBytes(unit)
@@ -266,7 +291,11 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 				if !cmd.Flags().Changed("unit") {
 					u = uint64(a.GetLayout().GetUnit())
 				}
-				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: k, M: m, Unit: uint32(u)}})
+				cl, err := comp.layout(cmd, a.GetLayout().GetCompression())
+				if err != nil {
+					return err
+				}
+				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: k, M: m, Unit: uint32(u), Compression: cl}})
 				if err != nil {
 					return err
 				}
@@ -278,6 +307,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 	cmd.Flags().Uint32Var(&m, "m", 2, "parity cells per row")
 	cmd.Flags().StringVar(&unit, "unit", "1MiB", "cell size (a multiple of 4 KiB, at most 16 MiB)")
 	cmd.Flags().Uint32Var(&replicas, "replicas", 0, "N-way replication (k=1, m=N-1) instead of --k/--m")
+	comp.register(cmd)
 	return cmd
 }
 

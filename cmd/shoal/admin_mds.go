@@ -33,7 +33,11 @@ func (af *adminFlags) memberStatus(ctx context.Context) ([]*peerpb.Member, error
 	if err := requireMDS(af.mds); err != nil {
 		return nil, err
 	}
-	g, err := wire.DialGroup(af.mds)
+	cr, err := af.creds()
+	if err != nil {
+		return nil, err
+	}
+	g, err := wire.DialGroup(af.mds, wire.WithCreds(cr))
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +86,11 @@ func (af *adminFlags) leaderClient(ctx context.Context) (peerpb.PeerClient, func
 	}
 	for _, m := range ms {
 		if m.GetRole() == "leader" {
-			cc, err := wire.Dial(m.GetAddr())
+			cr, err := af.creds()
+			if err != nil {
+				return nil, nil, err
+			}
+			cc, err := wire.Dial(m.GetAddr(), wire.WithCreds(cr))
 			if err != nil {
 				return nil, nil, err
 			}

@@ -16,6 +16,7 @@ import (
 func adminMigrateCmd(af *adminFlags) *cobra.Command {
 	var k, m, replicas uint32
 	var unit string
+	var comp compressFlags
 	cmd := &cobra.Command{
 		Use:   "migrate FILE",
 		Short: "Rewrite a file into another layout, online",
@@ -50,6 +51,9 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 				}
 				if !cmd.Flags().Changed("unit") {
 					to.Unit = a.GetLayout().GetUnit()
+				}
+				if to.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
+					return err
 				}
 				var bar *progressbar.ProgressBar
 				if !af.json {
@@ -96,5 +100,6 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 	cmd.Flags().Uint32Var(&m, "m", 2, "parity cells per row (default: the file's)")
 	cmd.Flags().StringVar(&unit, "unit", "1MiB", "cell size, a multiple of 4 KiB (default: the file's)")
 	cmd.Flags().Uint32Var(&replicas, "replicas", 0, "N-way replication (k=1, m=N-1) instead of --k/--m")
+	comp.register(cmd) // --compress: rewrite the file compressed (docs/compression.md)
 	return cmd
 }

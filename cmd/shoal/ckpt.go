@@ -28,6 +28,7 @@ import (
 // ckptFlags are the flags every `shoal ckpt` command takes.
 type ckptFlags struct {
 	mds, root string
+	tls       tlsFlags
 	json      bool
 	parallel  int
 }
@@ -46,6 +47,7 @@ ROOT/JOB/step-N). STEP is a number or "latest". See docs/checkpoints.md.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address (default $SHOAL_MDS)")
+	addPersistentTLSFlags(cmd, &f.tls)
 	pf.StringVar(&f.root, "root", ckpt.DefaultRoot, "directory holding the jobs")
 	pf.BoolVar(&f.json, "json", false, "print JSON instead of text")
 	pf.IntVar(&f.parallel, "parallel", 8, "shards written, read or checked at once")
@@ -66,7 +68,11 @@ func (f *ckptFlags) open(ctx context.Context, g *globals, o ckpt.Options) (*ckpt
 	if err := requireMDS(f.mds); err != nil {
 		return nil, err
 	}
-	c, err := client.New(ctx, client.Options{MDS: f.mds, Logger: g.logger().With("proc", "ckpt"), Name: "shoal ckpt"})
+	creds, err := f.tls.load()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctx, client.Options{MDS: f.mds, Logger: g.logger().With("proc", "ckpt"), Name: "shoal ckpt", Creds: creds})
 	if err != nil {
 		return nil, err
 	}
@@ -307,12 +313,20 @@ func ckptShow(g *globals, f *ckptFlags) *cobra.Command {
 			if f.json {
 				return ckptJSON(m)
 			}
-			return ckptPrintManifest(os.Stdout, m, in)
+			st, err := sess.s.Storage(ctx, args[0], in.Step) // compression per tensor
+			if err != nil {
+				st = nil // shown without the STORED column
+			}
+			return ckptPrintManifest(os.Stdout, m, in, st)
 		},
 	}
 }
 
-func ckptPrintManifest(out io.Writer, m *ckpt.Manifest, in ckpt.Info) error {
+func ckptPrintManifest(out io.Writer, m *ckpt.Manifest, in ckpt.Info, st []ckpt.ShardStorage) error {
+	stored := map[string]ckpt.ShardStorage{}
+	for _, s := range st {
+		stored[s.Name] = s
+	}
 	base := "none"
 	if m.Base != nil {
 		base = fmt.Sprintf("step %d", *m.Base)
@@ -321,9 +335,9 @@ func ckptPrintManifest(out io.Writer, m *ckpt.Manifest, in ckpt.Info) error {
 	fmt.Fprintf(out, "%d shards, %s: %s written, %s shared with %s (checksums %s)\n\n",
 		len(m.Shards), ckptBytes(m.Bytes), ckptBytes(m.Written), ckptBytes(m.Shared), base, m.Checksum)
 	w := ckptTable(out)
-	fmt.Fprintln(w, "SHARD\tKIND\tSIZE\tSHARED\tDIGEST")
+	fmt.Fprintln(w, "SHARD\tKIND\tSIZE\tSHARED\tSTORED\tDIGEST")
 	for _, s := range m.Shards {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, ckptBytes(s.Size), ckptBytes(s.Shared), s.Digest)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, ckptBytes(s.Size), ckptBytes(s.Shared), ckptStored(stored[s.Name].Logical, stored[s.Name].Stored), s.Digest)
 	}
 	w.Flush()
 	for _, s := range m.Shards {
@@ -343,13 +357,18 @@ func ckptPrintManifest(out io.Writer, m *ckpt.Manifest, in ckpt.Info) error {
 		}
 		fmt.Fprintln(out, ")")
 		w := ckptTable(out)
-		fmt.Fprintln(w, "  TENSOR\tDTYPE\tSHAPE\tSIZE\tOFFSET\tDIGEST\tSHARED")
-		for _, t := range s.Tensors {
+		fmt.Fprintln(w, "  TENSOR\tDTYPE\tSHAPE\tSIZE\tSTORED\tOFFSET\tDIGEST\tSHARED")
+		ts := stored[s.Name].Tensors
+		for i, t := range s.Tensors {
 			shared := ""
 			if t.Shared {
 				shared = "shared"
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%v\t%s\t%d\t%s\t%s\n", t.Name, t.DType, t.Shape, ckptBytes(t.Length), t.Offset, t.Digest, shared)
+			sto := "-"
+			if i < len(ts) && ts[i].Name == t.Name {
+				sto = ckptStored(ts[i].Logical, ts[i].Stored)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%v\t%s\t%s\t%d\t%s\t%s\n", t.Name, t.DType, t.Shape, ckptBytes(t.Length), sto, t.Offset, t.Digest, shared)
 		}
 		w.Flush()
 	}
@@ -764,4 +783,13 @@ func ckptPrune(g *globals, f *ckptFlags) *cobra.Command {
 	cmd.Flags().IntVar(&keep.KeepLast, "keep-last", 0, "keep the newest N steps")
 	cmd.Flags().Int64Var(&keep.KeepEvery, "keep-every", 0, "keep steps that are multiples of K")
 	return cmd
+}
+
+// ckptStored shows stored bytes with their ratio to the logical ones
+// (docs/compression.md): "21.3 MiB (0.67)".
+func ckptStored(logical, stored int64) string {
+	if logical == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%.2f)", ckptBytes(stored), float64(stored)/float64(logical))
 }

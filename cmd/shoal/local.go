@@ -6,6 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +26,7 @@ import (
 type localFlags struct {
 	dataListen                       string // host:0 or "off"
 	dir, mount, listen, metrics      string
-	osts, k, m                       int
+	osts, k, m, mdsReplicas          int
 	unit                             int64
 	debug, allowOther, syncNamespace bool
 }
@@ -37,7 +40,12 @@ func newLocalCmd(g *globals) *cobra.Command {
 subdirectory of --dir, and mounts the file system at --mount when given.
 It writes the MDS address to DIR/mds.addr, so that other commands can use
 --mds $(cat DIR/mds.addr). Ctrl-C unmounts and stops; running it again on
-the same --dir shows the same files.`,
+the same --dir shows the same files.
+
+With --mds-replicas 3 the MDS is a replicated group of three members (Raft),
+member i on DIR/mds-i and its own port; DIR/mds.addr holds the comma-separated
+list of their addresses (what --mds takes), and a restart on the same --dir
+uses the same addresses again (the group knows its members by them).`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runLocal(g, f) },
 	}
 	cmd.Flags().StringVar(&f.dir, "dir", "./shoal-data", "directory holding the MDS database and the OSTs")
@@ -45,6 +53,7 @@ the same --dir shows the same files.`,
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:0", "MDS address (port 0 picks one)")
 	cmd.Flags().StringVar(&f.metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	cmd.Flags().IntVar(&f.osts, "osts", 6, "number of OSTs")
+	cmd.Flags().IntVar(&f.mdsReplicas, "mds-replicas", 1, "members of the MDS group, all in this process (1: a single MDS without Raft; 3 or 5: a replicated group, docs/mds-raft.md)")
 	cmd.Flags().IntVar(&f.k, "k", layout.Default.K, "data cells per row of the root directory's layout (first start only)")
 	cmd.Flags().IntVar(&f.m, "m", layout.Default.M, "parity cells per row of the root directory's layout (first start only)")
 	cmd.Flags().Int64Var(&f.unit, "unit", layout.Default.Unit, "cell size in bytes of the root directory's layout (first start only)")
@@ -77,21 +86,38 @@ func runLocal(g *globals, f *localFlags) error {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 
-	m, err := mds.Open(ctx, mds.Options{
+	mo := mds.Options{
 		Dir: filepath.Join(f.dir, "mds"), Logger: log.With("proc", "mds"),
 		Registry:      prometheus.WrapRegistererWith(prometheus.Labels{"proc": "mds"}, reg),
 		DefaultLayout: &mdspb.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)},
-	})
-	if err != nil {
-		return err
 	}
-	defer m.Close()
-	msrv, err := wire.Listen(f.listen, m.Register)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", f.listen, err)
+	var mdsAddr string
+	if f.mdsReplicas > 1 {
+		addrs, stop, err := startLocalGroup(ctx, f, mo, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		mdsAddr = strings.Join(addrs, ",")
+	} else {
+		if f.mdsReplicas < 1 {
+			return fmt.Errorf("--mds-replicas %d: want 1 (a single MDS) or more", f.mdsReplicas)
+		}
+		if _, err := os.Stat(filepath.Join(f.dir, "mds-1")); err == nil {
+			return fmt.Errorf("%s holds a replicated MDS (mds-1, ...): run with --mds-replicas", f.dir)
+		}
+		m, err := mds.Open(ctx, mo)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		msrv, err := wire.Listen(f.listen, m.Register)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", f.listen, err)
+		}
+		defer msrv.Stop(2 * time.Second)
+		mdsAddr = msrv.Addr()
 	}
-	defer msrv.Stop(2 * time.Second)
-	mdsAddr := msrv.Addr()
 	if err := os.WriteFile(filepath.Join(f.dir, "mds.addr"), []byte(mdsAddr+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -118,8 +144,12 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	serveMetrics(ctx, log, f.metrics, reg)
 
-	fmt.Printf("shoal local: MDS %s (written to %s), %d OSTs under %s, layout %v\n",
-		mdsAddr, filepath.Join(f.dir, "mds.addr"), f.osts, f.dir, lo)
+	what := "MDS"
+	if f.mdsReplicas > 1 {
+		what = fmt.Sprintf("MDS group of %d", f.mdsReplicas)
+	}
+	fmt.Printf("shoal local: %s %s (written to %s), %d OSTs under %s, layout %v\n",
+		what, mdsAddr, filepath.Join(f.dir, "mds.addr"), f.osts, f.dir, lo)
 	if f.mount == "" {
 		fmt.Printf("ready in %s; mount with: shoal mount --mds %s MOUNTPOINT; Ctrl-C stops\n", time.Since(start).Round(time.Millisecond), mdsAddr)
 		sctx, stop := signalContext()
@@ -141,4 +171,105 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	fmt.Printf("ready in %s: mounted at %s; Ctrl-C unmounts and stops\n", time.Since(start).Round(time.Millisecond), f.mount)
 	return waitUnmount(log.With("proc", "fuse"), mnt)
+}
+
+// startLocalGroup runs the MDS as a replicated group of f.mdsReplicas
+// members in this process, member i on DIR/mds-i. On the first start each
+// member binds --listen's host (port 0: any port; port P: P+i-1); on a
+// later start on the same --dir, the addresses in DIR/mds.addr, since the
+// group knows its members by address. It returns the members' addresses
+// in id order once one of them serves as leader, and a function that
+// stops them all.
+func startLocalGroup(ctx context.Context, f *localFlags, mo mds.Options, reg *prometheus.Registry) (addrs []string, stop func(), err error) {
+	n := f.mdsReplicas
+	if _, err := os.Stat(filepath.Join(f.dir, "mds")); err == nil {
+		return nil, nil, fmt.Errorf("%s holds a single MDS (mds/): it cannot become a group; use another --dir", f.dir)
+	}
+	_, statErr := os.Stat(filepath.Join(f.dir, "mds-1"))
+	existing := statErr == nil
+	host, port, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--listen %q: %w", f.listen, err)
+	}
+	if existing {
+		b, err := os.ReadFile(filepath.Join(f.dir, "mds.addr"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s has an MDS group but no mds.addr naming its members: %w", f.dir, err)
+		}
+		addrs = strings.Split(strings.TrimSpace(string(b)), ",")
+		if len(addrs) != n {
+			return nil, nil, fmt.Errorf("%s has an MDS group of %d members (mds.addr), not %d", f.dir, len(addrs), n)
+		}
+	} else {
+		p0, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--listen %q: bad port", f.listen)
+		}
+		for i := 0; i < n; i++ {
+			p := 0
+			if p0 != 0 {
+				p = p0 + i
+			}
+			addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(p)))
+		}
+	}
+	var binds []*wire.Server
+	var servers []*mds.Server
+	stopAll := func() {
+		// Each member's server waits for its calls, the other members'
+		// Raft streams included: stop them all at once.
+		var wg sync.WaitGroup
+		for _, b := range binds {
+			wg.Add(1)
+			go func() { defer wg.Done(); b.Stop(2 * time.Second) }()
+		}
+		wg.Wait()
+		for _, s := range servers {
+			s.Close()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	// Bind every member first: a member must be reachable at its address
+	// while its Raft node starts, and a new group learns the ports here.
+	for i := range addrs {
+		b, err := wire.Bind(addrs[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("MDS member %d: listen %s: %w", i+1, addrs[i], err)
+		}
+		binds = append(binds, b)
+		addrs[i] = b.Addr()
+	}
+	peers := map[uint64]string{}
+	for i, a := range addrs {
+		peers[uint64(i+1)] = a
+	}
+	for i := range addrs {
+		o := mo
+		o.Dir = filepath.Join(f.dir, fmt.Sprintf("mds-%d", i+1))
+		o.Logger = mo.Logger.With("member", i+1)
+		o.Registry = prometheus.WrapRegistererWith(prometheus.Labels{"proc": fmt.Sprintf("mds-%d", i+1)}, reg)
+		o.Raft = &mds.RaftOptions{ID: uint64(i + 1), Peers: peers}
+		s, err := mds.Open(ctx, o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("MDS member %d: %w", i+1, err)
+		}
+		servers = append(servers, s)
+		binds[i].Serve(s.Register)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, s := range servers {
+			if st, _ := s.MemberStatus(); st.Serving {
+				return addrs, stopAll, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, nil, fmt.Errorf("no MDS member became leader in 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -17,40 +17,54 @@ import (
 )
 
 func newMountCmd(g *globals) *cobra.Command {
-	var mdsAddr, metrics string
+	var mdsAddr, metrics, mountpoint string
 	var debug, allowOther, syncNamespace bool
+	var tf tlsFlags
 	cmd := &cobra.Command{
-		Use:   "mount MOUNTPOINT",
+		Use:   "mount [MOUNTPOINT]",
 		Short: "Mount a Shoal file system with FUSE",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				mountpoint = args[0]
+			}
 			if err := requireMDS(mdsAddr); err != nil {
 				return err
 			}
 			log := g.logger().With("proc", "mount")
+			creds, err := tf.load()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace})
+			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds})
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			m, err := fuse.Mount(ctx, args[0], fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther})
+			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther})
 			if err != nil {
 				return err
 			}
-			serveMetrics(ctx, log, metrics, reg)
-			fmt.Printf("shoal mounted at %s (MDS %s); Ctrl-C unmounts\n", args[0], mdsAddr)
+			serveOps(ctx, log, metrics, reg, func(ctx context.Context) error {
+				_, err := c.GetAttr(ctx, client.RootIno) // the MDS answers this node
+				return err
+			})
+			fmt.Printf("shoal mounted at %s (MDS %s); Ctrl-C unmounts\n", mountpoint, mdsAddr)
 			return waitUnmount(log, m)
 		},
 	}
 	mdsFlag(cmd, &mdsAddr)
+	addTLSFlags(cmd, &tf)
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	allowOtherFlag(cmd, &allowOther)
 	syncNamespaceFlag(cmd, &syncNamespace)
-	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
-	return cmd
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
+	cmd.Flags().StringVar(&mountpoint, "mountpoint", "", "directory to mount on (instead of the MOUNTPOINT argument, for config files)")
+	return configurable(cmd, mountChecks()...)
 }
 
 // waitUnmount waits for SIGINT/SIGTERM, or for the mount to go away (an

@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/internal/wire"
@@ -24,6 +21,10 @@ func newMDSCmd(g *globals) *cobra.Command {
 	var dir, listen, metrics, peers string
 	var id uint64
 	var join bool
+	var tf tlsFlags
+	var squash []string
+	var squashUID, squashGID uint32
+	var squashAll bool
 	cmd := &cobra.Command{
 		Use:   "mds",
 		Short: "Run a metadata server, alone or as one member of a replicated group (--id, --peers)",
@@ -31,8 +32,17 @@ func newMDSCmd(g *globals) *cobra.Command {
 			ctx, cancel := signalContext()
 			defer cancel()
 			log := g.logger().With("proc", "mds")
+			creds, err := tf.load()
+			if err != nil {
+				return err
+			}
+			if creds == nil {
+				log.Warn("serving plaintext (--insecure): no authentication, no encryption")
+			}
+			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			o := mds.Options{Dir: dir, Logger: log, Registry: reg}
+			o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds,
+				Identity: mds.IdentityOptions{Squash: squash, SquashUID: squashUID, SquashGID: squashGID, SquashAll: squashAll}}
 			if peers != "" || id != 0 || join {
 				p, err := parsePeers(peers)
 				if err != nil {
@@ -42,7 +52,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 			}
 			// Bind first: a member must be reachable at its address
 			// while its Raft node starts.
-			srv, err := wire.Bind(listen)
+			srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(mds.Authorize))
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", listen, err)
 			}
@@ -54,7 +64,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 			defer m.Close()
 			srv.Serve(m.Register)
 			log.Info("MDS serving", "addr", srv.Addr(), "dir", dir)
-			serveMetrics(ctx, log, metrics, reg)
+			serveOps(ctx, log, metrics, reg, mdsReady(m))
 			<-ctx.Done()
 			srv.Stop(5 * time.Second)
 			return nil
@@ -62,12 +72,16 @@ func newMDSCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the MDS database (required)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7700", "address to serve gRPC on")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	cmd.Flags().Uint64Var(&id, "id", 0, "member id in a replicated MDS group (with --peers)")
 	cmd.Flags().StringVar(&peers, "peers", "", "initial members of the group: 1=ADDR1,2=ADDR2,3=ADDR3 (this member included; read on the first start only)")
 	cmd.Flags().BoolVar(&join, "join", false, "join an existing group as a new member (add it with `shoal admin mds add` first)")
-	cmd.MarkFlagRequired("dir")
-	return cmd
+	addTLSFlags(cmd, &tf)
+	cmd.Flags().StringSliceVar(&squash, "squash", nil, "certificate names (CN) of client nodes whose root is squashed; \"*\" for every client certificate (docs/security.md)")
+	cmd.Flags().Uint32Var(&squashUID, "squash-uid", 65534, "uid squashed root (or, with --squash-all, every uid) becomes")
+	cmd.Flags().Uint32Var(&squashGID, "squash-gid", 65534, "gid squashed root (or, with --squash-all, every gid) becomes")
+	cmd.Flags().BoolVar(&squashAll, "squash-all", false, "squash every uid and gid of squashed nodes, not only root")
+	return configurable(cmd, mdsChecks()...)
 }
 
 // parsePeers parses "1=host:port,2=host:port".
@@ -90,6 +104,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 func newOSTCmd(g *globals) *cobra.Command {
 	var dir, listen, advertise, mdsAddr, metrics string
 	var dataListen string
+	var tf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "ost",
 		Short: "Run an object storage target on one directory",
@@ -100,8 +115,16 @@ func newOSTCmd(g *globals) *cobra.Command {
 			ctx, cancel := signalContext()
 			defer cancel()
 			log := g.logger().With("proc", "ost")
+			creds, err := tf.load()
+			if err != nil {
+				return err
+			}
+			if creds == nil {
+				log.Warn("serving plaintext (--insecure): no authentication, no encryption")
+			}
+			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr)
+			o, srv, err := startOSTWith(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds)
 			if err != nil {
 				return err
 			}
@@ -116,10 +139,10 @@ func newOSTCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve gRPC on")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients reach this OST at (default: the listen address)")
 	dataListenFlag(cmd, &dataListen, "address to serve the bulk data path (chunk reads and writes on framed TCP) on (default: the --listen host, any port; \"off\": chunk I/O over gRPC only)")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	mdsFlag(cmd, &mdsAddr)
-	cmd.MarkFlagRequired("dir")
-	return cmd
+	addTLSFlags(cmd, &tf)
+	return configurable(cmd, ostChecks()...)
 }
 
 // dataListenFlag adds --data-listen.
@@ -131,7 +154,12 @@ func dataListenFlag(cmd *cobra.Command, dst *string, usage string) {
 // (the data path; "": the host of listen, any port) and registers it with
 // the MDS.
 func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string) (*ost.Server, *wire.Server, error) {
-	srv, err := wire.Bind(listen)
+	return startOSTWith(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, nil)
+}
+
+// startOSTWith is startOST with mutual TLS (creds nil: plaintext).
+func startOSTWith(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds) (*ost.Server, *wire.Server, error) {
+	srv, err := wire.Bind(listen, wire.ServeCreds(creds))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", listen, err)
 	}
@@ -146,7 +174,7 @@ func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, 
 		}
 		dataListen = net.JoinHostPort(host, "0")
 	}
-	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen})
+	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen, Creds: creds})
 	if err != nil {
 		srv.Kill()
 		return nil, nil, err
@@ -162,23 +190,8 @@ func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, 
 	return o, srv, nil
 }
 
+// serveMetrics serves /metrics, /healthz, /readyz (ready while serving)
+// and /debug/pprof on addr (health.go).
 func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry) {
-	if addr == "" {
-		return
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-			log.Warn("metrics server", "err", err)
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		hs.Close()
-	}()
+	serveOps(ctx, log, addr, reg, nil)
 }

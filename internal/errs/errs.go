@@ -62,3 +62,31 @@ func (e *NotLeaderError) Error() string {
 }
 
 func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
+// CapabilityError is ErrPermission from an OST that refused the capability
+// sent with a chunk call (docs/security.md, "Capabilities"): Reason says
+// why, one of the Cap* constants.
+type CapabilityError struct {
+	Reason string
+	Msg    string
+}
+
+// Reasons of a CapabilityError.
+const (
+	CapMissing   = "missing"      // the call carried no capability
+	CapMalformed = "malformed"    // it does not decode
+	CapForged    = "forged"       // its signature is wrong (or made with a key the OST does not know)
+	CapExpired   = "expired"      // it is past its expiry
+	CapExtent    = "wrong-extent" // it does not name the chunk's extent
+	CapAccess    = "wrong-access" // it does not grant the operation (read, write, admin)
+	CapNoKey     = "no-key"       // the OST has no key from the MDS yet
+)
+
+func (e *CapabilityError) Error() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	return "capability refused: " + e.Reason
+}
+
+func (e *CapabilityError) Unwrap() error { return ErrPermission }

@@ -39,6 +39,7 @@ const GroupRetryFor = 30 * time.Second
 // stays the same across these retries.
 type GroupConn struct {
 	addrs  []string
+	opts   []DialOption
 	prefix string // random per connection: request ids are prefix + "-" + seq
 	seq    atomic.Uint64
 
@@ -50,8 +51,8 @@ type GroupConn struct {
 }
 
 // DialGroup connects to the MDS group at addrs, a comma-separated list.
-func DialGroup(addrs string) (*GroupConn, error) {
-	g := &GroupConn{}
+func DialGroup(addrs string, opts ...DialOption) (*GroupConn, error) {
+	g := &GroupConn{opts: opts}
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			g.addrs = append(g.addrs, a)
@@ -93,7 +94,7 @@ func (g *GroupConn) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := g.mu.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := Dial(addr)
+	cc, err := Dial(addr, g.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial MDS %s: %w", addr, err)
 	}

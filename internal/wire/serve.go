@@ -19,12 +19,12 @@ type Server struct {
 // Bind listens on addr ("host:port", port 0 picks one) without serving
 // yet, so that the caller can learn the address before it builds the
 // services.
-func Bind(addr string) (*Server, error) {
+func Bind(addr string, opts ...ServerOpt) (*Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{G: grpc.NewServer(ServerOptions()...), lis: lis, done: make(chan error, 1)}, nil
+	return &Server{G: grpc.NewServer(ServerOptions(opts...)...), lis: lis, done: make(chan error, 1)}, nil
 }
 
 // Serve registers the services with register and starts serving.
@@ -35,8 +35,8 @@ func (s *Server) Serve(register func(*grpc.Server)) {
 }
 
 // Listen binds addr, registers the services and starts serving.
-func Listen(addr string, register func(*grpc.Server)) (*Server, error) {
-	s, err := Bind(addr)
+func Listen(addr string, register func(*grpc.Server), opts ...ServerOpt) (*Server, error) {
+	s, err := Bind(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

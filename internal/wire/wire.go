@@ -59,6 +59,10 @@ var table = []entry{
 // the leader's address.
 const leaderKey = "leader"
 
+// capabilityKey is the ErrorInfo metadata key of a PERMISSION status that
+// refused a capability (errs.CapabilityError), naming the reason.
+const capabilityKey = "capability"
+
 // ToStatus turns an error into a gRPC status error carrying its sentinel's
 // reason. Errors that already are statuses pass through; context errors
 // become Canceled/DeadlineExceeded; anything else is Internal.
@@ -75,6 +79,9 @@ func ToStatus(err error) error {
 			info := &errdetails.ErrorInfo{Domain: Domain, Reason: e.reason}
 			if nl := (*errs.NotLeaderError)(nil); errors.As(err, &nl) && nl.Leader != "" {
 				info.Metadata = map[string]string{leaderKey: nl.Leader}
+			}
+			if ce := (*errs.CapabilityError)(nil); errors.As(err, &ce) {
+				info.Metadata = map[string]string{capabilityKey: ce.Reason}
 			}
 			if d, derr := st.WithDetails(info); derr == nil {
 				st = d
@@ -129,6 +136,9 @@ func FromStatus(err error) error {
 		if info.GetReason() == "NOT_LEADER" {
 			return &errs.NotLeaderError{Leader: info.GetMetadata()[leaderKey], Msg: st.Message()}
 		}
+		if r, ok := info.GetMetadata()[capabilityKey]; ok && info.GetReason() == "PERMISSION" {
+			return &errs.CapabilityError{Reason: r, Msg: st.Message()}
+		}
 		for _, e := range table {
 			if e.reason == info.GetReason() {
 				return &remoteError{sentinel: e.err, msg: st.Message()}
@@ -157,12 +167,24 @@ func UnaryClientInterceptor(ctx context.Context, method string, req, reply any, 
 	return FromStatus(invoker(ctx, method, req, reply, cc, opts...))
 }
 
-// ServerOptions are the options every Shoal gRPC server uses.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// ServerOptions are the options every Shoal gRPC server uses, with the
+// transport security and authorization opts give.
+func ServerOptions(opts ...ServerOpt) []grpc.ServerOption {
+	var so serverOpts
+	for _, o := range opts {
+		o(&so)
+	}
+	unary := []grpc.UnaryServerInterceptor{UnaryServerInterceptor}
+	var stream []grpc.StreamServerInterceptor
+	if so.authorize != nil {
+		unary = append(unary, authorizeUnary(so.authorize))
+		stream = append(stream, authorizeStream(so.authorize))
+	}
+	out := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMsgSize),
 		grpc.MaxSendMsgSize(MaxMsgSize),
-		grpc.ChainUnaryInterceptor(UnaryServerInterceptor),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.InitialWindowSize(8 << 20),
 		grpc.InitialConnWindowSize(32 << 20),
 		grpc.ReadBufferSize(1 << 20),
@@ -173,19 +195,31 @@ func ServerOptions() []grpc.ServerOption {
 		// stack (docs/performance.md, "Metadata round trips").
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	if so.creds != nil {
+		out = append(out, grpc.Creds(so.creds.serverTransport()))
+	}
+	return out
 }
 
 // streamWorkers is the number of goroutines a server keeps to serve calls;
 // calls beyond them still get goroutines of their own.
 const streamWorkers = 32
 
-// Dial opens a client connection with Shoal's options. Transport security
-// (mutual TLS) is a later issue; today every connection is plaintext.
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Dial opens a client connection with Shoal's options: mutual TLS with
+// the credentials WithCreds gives, plaintext without them.
+func Dial(addr string, opts ...DialOption) (*grpc.ClientConn, error) {
+	var do dialOpts
+	for _, o := range opts {
+		o(&do)
+	}
+	tc := insecure.NewCredentials()
+	if do.creds != nil {
+		tc = do.creds.clientTransport(addr)
+	}
 	return grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(tc),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMsgSize), grpc.MaxCallSendMsgSize(MaxMsgSize)),
-		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor),
+		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{UnaryClientInterceptor}, do.unary...)...),
 		grpc.WithInitialWindowSize(8<<20),
 		grpc.WithInitialConnWindowSize(32<<20),
 		grpc.WithReadBufferSize(1<<20),

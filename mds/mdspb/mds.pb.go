@@ -24,6 +24,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Codec is how a compressed extent's blocks are encoded (docs/compression.md).
+type Codec int32
+
+const (
+	Codec_CODEC_NONE Codec = 0
+	Codec_CODEC_S2   Codec = 1
+	Codec_CODEC_ZSTD Codec = 2
+)
+
+// Enum value maps for Codec.
+var (
+	Codec_name = map[int32]string{
+		0: "CODEC_NONE",
+		1: "CODEC_S2",
+		2: "CODEC_ZSTD",
+	}
+	Codec_value = map[string]int32{
+		"CODEC_NONE": 0,
+		"CODEC_S2":   1,
+		"CODEC_ZSTD": 2,
+	}
+)
+
+func (x Codec) Enum() *Codec {
+	p := new(Codec)
+	*p = x
+	return p
+}
+
+func (x Codec) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Codec) Descriptor() protoreflect.EnumDescriptor {
+	return file_mds_mdspb_mds_proto_enumTypes[0].Descriptor()
+}
+
+func (Codec) Type() protoreflect.EnumType {
+	return &file_mds_mdspb_mds_proto_enumTypes[0]
+}
+
+func (x Codec) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Codec.Descriptor instead.
+func (Codec) EnumDescriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{0}
+}
+
 // SetAttr valid bits.
 type SetAttrBits int32
 
@@ -80,11 +130,11 @@ func (x SetAttrBits) String() string {
 }
 
 func (SetAttrBits) Descriptor() protoreflect.EnumDescriptor {
-	return file_mds_mdspb_mds_proto_enumTypes[0].Descriptor()
+	return file_mds_mdspb_mds_proto_enumTypes[1].Descriptor()
 }
 
 func (SetAttrBits) Type() protoreflect.EnumType {
-	return &file_mds_mdspb_mds_proto_enumTypes[0]
+	return &file_mds_mdspb_mds_proto_enumTypes[1]
 }
 
 func (x SetAttrBits) Number() protoreflect.EnumNumber {
@@ -93,7 +143,7 @@ func (x SetAttrBits) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SetAttrBits.Descriptor instead.
 func (SetAttrBits) EnumDescriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{0}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{1}
 }
 
 type RenameFlags int32
@@ -129,11 +179,11 @@ func (x RenameFlags) String() string {
 }
 
 func (RenameFlags) Descriptor() protoreflect.EnumDescriptor {
-	return file_mds_mdspb_mds_proto_enumTypes[1].Descriptor()
+	return file_mds_mdspb_mds_proto_enumTypes[2].Descriptor()
 }
 
 func (RenameFlags) Type() protoreflect.EnumType {
-	return &file_mds_mdspb_mds_proto_enumTypes[1]
+	return &file_mds_mdspb_mds_proto_enumTypes[2]
 }
 
 func (x RenameFlags) Number() protoreflect.EnumNumber {
@@ -142,7 +192,7 @@ func (x RenameFlags) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RenameFlags.Descriptor instead.
 func (RenameFlags) EnumDescriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{1}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{2}
 }
 
 // SetXattrFlags are the setxattr(2) flags.
@@ -179,11 +229,11 @@ func (x SetXattrFlags) String() string {
 }
 
 func (SetXattrFlags) Descriptor() protoreflect.EnumDescriptor {
-	return file_mds_mdspb_mds_proto_enumTypes[2].Descriptor()
+	return file_mds_mdspb_mds_proto_enumTypes[3].Descriptor()
 }
 
 func (SetXattrFlags) Type() protoreflect.EnumType {
-	return &file_mds_mdspb_mds_proto_enumTypes[2]
+	return &file_mds_mdspb_mds_proto_enumTypes[3]
 }
 
 func (x SetXattrFlags) Number() protoreflect.EnumNumber {
@@ -192,7 +242,7 @@ func (x SetXattrFlags) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SetXattrFlags.Descriptor instead.
 func (SetXattrFlags) EnumDescriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{2}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{3}
 }
 
 // LockKind: flock(2) locks and POSIX fcntl(2) record locks are independent
@@ -230,11 +280,11 @@ func (x LockKind) String() string {
 }
 
 func (LockKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_mds_mdspb_mds_proto_enumTypes[3].Descriptor()
+	return file_mds_mdspb_mds_proto_enumTypes[4].Descriptor()
 }
 
 func (LockKind) Type() protoreflect.EnumType {
-	return &file_mds_mdspb_mds_proto_enumTypes[3]
+	return &file_mds_mdspb_mds_proto_enumTypes[4]
 }
 
 func (x LockKind) Number() protoreflect.EnumNumber {
@@ -243,7 +293,7 @@ func (x LockKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LockKind.Descriptor instead.
 func (LockKind) EnumDescriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{3}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{4}
 }
 
 type LockType int32
@@ -282,11 +332,11 @@ func (x LockType) String() string {
 }
 
 func (LockType) Descriptor() protoreflect.EnumDescriptor {
-	return file_mds_mdspb_mds_proto_enumTypes[4].Descriptor()
+	return file_mds_mdspb_mds_proto_enumTypes[5].Descriptor()
 }
 
 func (LockType) Type() protoreflect.EnumType {
-	return &file_mds_mdspb_mds_proto_enumTypes[4]
+	return &file_mds_mdspb_mds_proto_enumTypes[5]
 }
 
 func (x LockType) Number() protoreflect.EnumNumber {
@@ -295,7 +345,7 @@ func (x LockType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LockType.Descriptor instead.
 func (LockType) EnumDescriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{4}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{5}
 }
 
 // Layout is how a file's extents are striped: k data cells and m parity cells
@@ -305,6 +355,7 @@ type Layout struct {
 	K             uint32                 `protobuf:"varint,1,opt,name=k,proto3" json:"k,omitempty"`
 	M             uint32                 `protobuf:"varint,2,opt,name=m,proto3" json:"m,omitempty"`
 	Unit          uint32                 `protobuf:"varint,3,opt,name=unit,proto3" json:"unit,omitempty"`
+	Compression   *Compression           `protobuf:"bytes,4,opt,name=compression,proto3" json:"compression,omitempty"` // unset: extents are stored raw
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +411,88 @@ func (x *Layout) GetUnit() uint32 {
 	return 0
 }
 
+func (x *Layout) GetCompression() *Compression {
+	if x != nil {
+		return x.Compression
+	}
+	return nil
+}
+
+// Compression is a layout's compression attribute: how the client
+// compresses an extent before it is erasure coded. An extent is stored
+// compressed only when that saves at least min_saving_pct percent of it;
+// otherwise it is stored raw (and says so: no logical_length).
+type Compression struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Codec        Codec                  `protobuf:"varint,1,opt,name=codec,proto3,enum=shoal.mds.v1.Codec" json:"codec,omitempty"`
+	Level        int32                  `protobuf:"varint,2,opt,name=level,proto3" json:"level,omitempty"`                                     // zstd level 1..22 (0: 3); ignored by s2
+	MinSavingPct uint32                 `protobuf:"varint,3,opt,name=min_saving_pct,json=minSavingPct,proto3" json:"min_saving_pct,omitempty"` // 0: the default, 10
+	// elem_size, when 2, 4 or 8, splits every block into byte planes of
+	// elements of that width (plane j holds byte j of every element) before
+	// it is compressed: float tensors compress that way. 0: no planes.
+	ElemSize      uint32 `protobuf:"varint,4,opt,name=elem_size,json=elemSize,proto3" json:"elem_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compression) Reset() {
+	*x = Compression{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compression) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compression) ProtoMessage() {}
+
+func (x *Compression) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compression.ProtoReflect.Descriptor instead.
+func (*Compression) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Compression) GetCodec() Codec {
+	if x != nil {
+		return x.Codec
+	}
+	return Codec_CODEC_NONE
+}
+
+func (x *Compression) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *Compression) GetMinSavingPct() uint32 {
+	if x != nil {
+		return x.MinSavingPct
+	}
+	return 0
+}
+
+func (x *Compression) GetElemSize() uint32 {
+	if x != nil {
+		return x.ElemSize
+	}
+	return 0
+}
+
 // Attr is an inode's attributes. mode holds the Linux type bits (S_IFMT) and
 // the permission bits (07777).
 type Attr struct {
@@ -381,7 +514,7 @@ type Attr struct {
 
 func (x *Attr) Reset() {
 	*x = Attr{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[1]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +526,7 @@ func (x *Attr) String() string {
 func (*Attr) ProtoMessage() {}
 
 func (x *Attr) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[1]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +539,7 @@ func (x *Attr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attr.ProtoReflect.Descriptor instead.
 func (*Attr) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{1}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Attr) GetIno() uint64 {
@@ -497,7 +630,7 @@ type Inode struct {
 
 func (x *Inode) Reset() {
 	*x = Inode{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[2]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +642,7 @@ func (x *Inode) String() string {
 func (*Inode) ProtoMessage() {}
 
 func (x *Inode) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[2]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +655,7 @@ func (x *Inode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inode.ProtoReflect.Descriptor instead.
 func (*Inode) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{2}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Inode) GetAttr() *Attr {
@@ -541,18 +674,29 @@ func (x *Inode) GetSymlink() []byte {
 
 // Extent is an immutable piece of file data striped over placement.
 type Extent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Layout        *Layout                `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
-	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`    // logical bytes held by the extent
-	Osts          []uint32               `protobuf:"varint,4,rep,packed,name=osts,proto3" json:"osts,omitempty"` // placement: chunk j lives on OST osts[j]; len = k+m
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Layout *Layout                `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
+	// length is the number of bytes stored in the extent's chunks: its
+	// erasure-coding geometry. For a raw extent it is also the number of
+	// file bytes it holds.
+	Length uint64   `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Osts   []uint32 `protobuf:"varint,4,rep,packed,name=osts,proto3" json:"osts,omitempty"` // placement: chunk j lives on OST osts[j]; len = k+m
+	// logical_length, when non-zero, marks a compressed extent: it holds
+	// logical_length file bytes (the extent offsets of its refs count these),
+	// stored as length compressed bytes in independently decodable blocks.
+	LogicalLength uint64 `protobuf:"varint,5,opt,name=logical_length,json=logicalLength,proto3" json:"logical_length,omitempty"`
+	// compress_index is the block index of a compressed extent
+	// (internal/compress): codec, block size, each block's stored size and
+	// byte-plane width. Empty for a raw extent.
+	CompressIndex []byte `protobuf:"bytes,6,opt,name=compress_index,json=compressIndex,proto3" json:"compress_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[3]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +708,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[3]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +721,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{3}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Extent) GetId() uint64 {
@@ -608,6 +752,20 @@ func (x *Extent) GetOsts() []uint32 {
 	return nil
 }
 
+func (x *Extent) GetLogicalLength() uint64 {
+	if x != nil {
+		return x.LogicalLength
+	}
+	return 0
+}
+
+func (x *Extent) GetCompressIndex() []byte {
+	if x != nil {
+		return x.CompressIndex
+	}
+	return nil
+}
+
 // ExtentRef is one entry of a file's extent map: the file range
 // [file_off, file_off+length) holds extent bytes [extent_off, extent_off+length).
 type ExtentRef struct {
@@ -622,7 +780,7 @@ type ExtentRef struct {
 
 func (x *ExtentRef) Reset() {
 	*x = ExtentRef{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[4]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +792,7 @@ func (x *ExtentRef) String() string {
 func (*ExtentRef) ProtoMessage() {}
 
 func (x *ExtentRef) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[4]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +805,7 @@ func (x *ExtentRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtentRef.ProtoReflect.Descriptor instead.
 func (*ExtentRef) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{4}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExtentRef) GetFileOff() uint64 {
@@ -690,7 +848,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[5]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +860,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[5]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +873,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{5}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -765,7 +923,7 @@ type OstInfo struct {
 
 func (x *OstInfo) Reset() {
 	*x = OstInfo{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[6]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +935,7 @@ func (x *OstInfo) String() string {
 func (*OstInfo) ProtoMessage() {}
 
 func (x *OstInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[6]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +948,7 @@ func (x *OstInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OstInfo.ProtoReflect.Descriptor instead.
 func (*OstInfo) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{6}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OstInfo) GetId() uint32 {
@@ -878,7 +1036,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[7]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1048,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[7]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1061,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{7}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{8}
 }
 
 type AttrReply struct {
@@ -917,7 +1075,7 @@ type AttrReply struct {
 
 func (x *AttrReply) Reset() {
 	*x = AttrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[8]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1087,7 @@ func (x *AttrReply) String() string {
 func (*AttrReply) ProtoMessage() {}
 
 func (x *AttrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[8]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1100,7 @@ func (x *AttrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttrReply.ProtoReflect.Descriptor instead.
 func (*AttrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{8}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AttrReply) GetAttr() *Attr {
@@ -976,7 +1134,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[9]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1146,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[9]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1159,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{9}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LookupRequest) GetParent() uint64 {
@@ -1027,7 +1185,7 @@ type GetAttrRequest struct {
 
 func (x *GetAttrRequest) Reset() {
 	*x = GetAttrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[10]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1197,7 @@ func (x *GetAttrRequest) String() string {
 func (*GetAttrRequest) ProtoMessage() {}
 
 func (x *GetAttrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[10]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1210,7 @@ func (x *GetAttrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrRequest.ProtoReflect.Descriptor instead.
 func (*GetAttrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{10}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetAttrRequest) GetIno() uint64 {
@@ -1078,7 +1236,7 @@ type SetAttrRequest struct {
 
 func (x *SetAttrRequest) Reset() {
 	*x = SetAttrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1248,7 @@ func (x *SetAttrRequest) String() string {
 func (*SetAttrRequest) ProtoMessage() {}
 
 func (x *SetAttrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1261,7 @@ func (x *SetAttrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrRequest.ProtoReflect.Descriptor instead.
 func (*SetAttrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{11}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetAttrRequest) GetIno() uint64 {
@@ -1180,7 +1338,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1350,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1363,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{12}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateRequest) GetParent() uint64 {
@@ -1277,7 +1435,7 @@ type SymlinkRequest struct {
 
 func (x *SymlinkRequest) Reset() {
 	*x = SymlinkRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1447,7 @@ func (x *SymlinkRequest) String() string {
 func (*SymlinkRequest) ProtoMessage() {}
 
 func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1460,7 @@ func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkRequest.ProtoReflect.Descriptor instead.
 func (*SymlinkRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{13}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SymlinkRequest) GetParent() uint64 {
@@ -1349,7 +1507,7 @@ type ReadlinkReply struct {
 
 func (x *ReadlinkReply) Reset() {
 	*x = ReadlinkReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1519,7 @@ func (x *ReadlinkReply) String() string {
 func (*ReadlinkReply) ProtoMessage() {}
 
 func (x *ReadlinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1532,7 @@ func (x *ReadlinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReply.ProtoReflect.Descriptor instead.
 func (*ReadlinkReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{14}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReadlinkReply) GetTarget() []byte {
@@ -1395,7 +1553,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1565,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1578,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{15}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LinkRequest) GetIno() uint64 {
@@ -1454,7 +1612,7 @@ type UnlinkRequest struct {
 
 func (x *UnlinkRequest) Reset() {
 	*x = UnlinkRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1624,7 @@ func (x *UnlinkRequest) String() string {
 func (*UnlinkRequest) ProtoMessage() {}
 
 func (x *UnlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1637,7 @@ func (x *UnlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkRequest.ProtoReflect.Descriptor instead.
 func (*UnlinkRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{16}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UnlinkRequest) GetParent() uint64 {
@@ -1505,7 +1663,7 @@ type UnlinkReply struct {
 
 func (x *UnlinkReply) Reset() {
 	*x = UnlinkReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1675,7 @@ func (x *UnlinkReply) String() string {
 func (*UnlinkReply) ProtoMessage() {}
 
 func (x *UnlinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1688,7 @@ func (x *UnlinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkReply.ProtoReflect.Descriptor instead.
 func (*UnlinkReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{17}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UnlinkReply) GetAttr() *Attr {
@@ -1553,7 +1711,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1723,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1736,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{18}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenameRequest) GetOldParent() uint64 {
@@ -1628,7 +1786,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1798,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1811,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{19}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadDirRequest) GetIno() uint64 {
@@ -1694,7 +1852,7 @@ type ReadDirReply struct {
 
 func (x *ReadDirReply) Reset() {
 	*x = ReadDirReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1864,7 @@ func (x *ReadDirReply) String() string {
 func (*ReadDirReply) ProtoMessage() {}
 
 func (x *ReadDirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1877,7 @@ func (x *ReadDirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirReply.ProtoReflect.Descriptor instead.
 func (*ReadDirReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{20}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadDirReply) GetEntries() []*DirEntry {
@@ -1744,7 +1902,7 @@ type StatFsRequest struct {
 
 func (x *StatFsRequest) Reset() {
 	*x = StatFsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1914,7 @@ func (x *StatFsRequest) String() string {
 func (*StatFsRequest) ProtoMessage() {}
 
 func (x *StatFsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1927,7 @@ func (x *StatFsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFsRequest.ProtoReflect.Descriptor instead.
 func (*StatFsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{22}
 }
 
 // StatFsReply counts the space of the live OSTs, each file system once, as
@@ -1787,7 +1945,7 @@ type StatFsReply struct {
 
 func (x *StatFsReply) Reset() {
 	*x = StatFsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1957,7 @@ func (x *StatFsReply) String() string {
 func (*StatFsReply) ProtoMessage() {}
 
 func (x *StatFsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1970,7 @@ func (x *StatFsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFsReply.ProtoReflect.Descriptor instead.
 func (*StatFsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{22}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatFsReply) GetTotalBytes() uint64 {
@@ -1859,7 +2017,7 @@ type GetExtentsRequest struct {
 
 func (x *GetExtentsRequest) Reset() {
 	*x = GetExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2029,7 @@ func (x *GetExtentsRequest) String() string {
 func (*GetExtentsRequest) ProtoMessage() {}
 
 func (x *GetExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2042,7 @@ func (x *GetExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentsRequest.ProtoReflect.Descriptor instead.
 func (*GetExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{23}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetExtentsRequest) GetIno() uint64 {
@@ -1895,16 +2053,20 @@ func (x *GetExtentsRequest) GetIno() uint64 {
 }
 
 type GetExtentsReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	Extents       []*ExtentRef           `protobuf:"bytes,2,rep,name=extents,proto3" json:"extents,omitempty"` // ordered by file_off, non-overlapping
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attr    *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Extents []*ExtentRef           `protobuf:"bytes,2,rep,name=extents,proto3" json:"extents,omitempty"` // ordered by file_off, non-overlapping
+	// caps[i] is a read capability for the chunks of extents[i]
+	// (internal/capability, docs/security.md); empty when the caller may
+	// not read the file.
+	Caps          [][]byte `protobuf:"bytes,3,rep,name=caps,proto3" json:"caps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetExtentsReply) Reset() {
 	*x = GetExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2078,7 @@ func (x *GetExtentsReply) String() string {
 func (*GetExtentsReply) ProtoMessage() {}
 
 func (x *GetExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2091,7 @@ func (x *GetExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentsReply.ProtoReflect.Descriptor instead.
 func (*GetExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{24}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetExtentsReply) GetAttr() *Attr {
@@ -1946,6 +2108,13 @@ func (x *GetExtentsReply) GetExtents() []*ExtentRef {
 	return nil
 }
 
+func (x *GetExtentsReply) GetCaps() [][]byte {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
 type AllocExtentsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
@@ -1957,7 +2126,7 @@ type AllocExtentsRequest struct {
 
 func (x *AllocExtentsRequest) Reset() {
 	*x = AllocExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2138,7 @@ func (x *AllocExtentsRequest) String() string {
 func (*AllocExtentsRequest) ProtoMessage() {}
 
 func (x *AllocExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2151,7 @@ func (x *AllocExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocExtentsRequest.ProtoReflect.Descriptor instead.
 func (*AllocExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{25}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AllocExtentsRequest) GetIno() uint64 {
@@ -2009,13 +2178,14 @@ func (x *AllocExtentsRequest) GetExcludeOsts() []uint32 {
 type AllocExtentsReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Extents       []*Extent              `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"` // id, layout and placement set; length 0
+	Caps          [][]byte               `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty"`       // caps[i]: a write capability for extents[i]'s chunks
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AllocExtentsReply) Reset() {
 	*x = AllocExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2197,7 @@ func (x *AllocExtentsReply) String() string {
 func (*AllocExtentsReply) ProtoMessage() {}
 
 func (x *AllocExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,12 +2210,19 @@ func (x *AllocExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocExtentsReply.ProtoReflect.Descriptor instead.
 func (*AllocExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AllocExtentsReply) GetExtents() []*Extent {
 	if x != nil {
 		return x.Extents
+	}
+	return nil
+}
+
+func (x *AllocExtentsReply) GetCaps() [][]byte {
+	if x != nil {
+		return x.Caps
 	}
 	return nil
 }
@@ -2061,7 +2238,7 @@ type CommitExtentsRequest struct {
 
 func (x *CommitExtentsRequest) Reset() {
 	*x = CommitExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2250,7 @@ func (x *CommitExtentsRequest) String() string {
 func (*CommitExtentsRequest) ProtoMessage() {}
 
 func (x *CommitExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2263,7 @@ func (x *CommitExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CommitExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{27}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommitExtentsRequest) GetIno() uint64 {
@@ -2123,7 +2300,7 @@ type RegisterOstRequest struct {
 
 func (x *RegisterOstRequest) Reset() {
 	*x = RegisterOstRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2312,7 @@ func (x *RegisterOstRequest) String() string {
 func (*RegisterOstRequest) ProtoMessage() {}
 
 func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2325,7 @@ func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstRequest.ProtoReflect.Descriptor instead.
 func (*RegisterOstRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{28}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegisterOstRequest) GetUuid() string {
@@ -2187,15 +2364,18 @@ func (x *RegisterOstRequest) GetFsId() string {
 }
 
 type RegisterOstReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The cluster secret capabilities are signed with
+	// (internal/capability): OSTs check every chunk call with it.
+	CapSecret     []byte `protobuf:"bytes,2,opt,name=cap_secret,json=capSecret,proto3" json:"cap_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterOstReply) Reset() {
 	*x = RegisterOstReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2387,7 @@ func (x *RegisterOstReply) String() string {
 func (*RegisterOstReply) ProtoMessage() {}
 
 func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2400,7 @@ func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstReply.ProtoReflect.Descriptor instead.
 func (*RegisterOstReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterOstReply) GetId() uint32 {
@@ -2228,6 +2408,13 @@ func (x *RegisterOstReply) GetId() uint32 {
 		return x.Id
 	}
 	return 0
+}
+
+func (x *RegisterOstReply) GetCapSecret() []byte {
+	if x != nil {
+		return x.CapSecret
+	}
+	return nil
 }
 
 type HeartbeatRequest struct {
@@ -2245,7 +2432,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2444,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2457,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2330,7 +2517,7 @@ type ListOstsRequest struct {
 
 func (x *ListOstsRequest) Reset() {
 	*x = ListOstsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2529,7 @@ func (x *ListOstsRequest) String() string {
 func (*ListOstsRequest) ProtoMessage() {}
 
 func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2542,7 @@ func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsRequest.ProtoReflect.Descriptor instead.
 func (*ListOstsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
 }
 
 type ListOstsReply struct {
@@ -2367,7 +2554,7 @@ type ListOstsReply struct {
 
 func (x *ListOstsReply) Reset() {
 	*x = ListOstsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2566,7 @@ func (x *ListOstsReply) String() string {
 func (*ListOstsReply) ProtoMessage() {}
 
 func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2579,7 @@ func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsReply.ProtoReflect.Descriptor instead.
 func (*ListOstsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListOstsReply) GetOsts() []*OstInfo {
@@ -2414,7 +2601,7 @@ type SetXattrRequest struct {
 
 func (x *SetXattrRequest) Reset() {
 	*x = SetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2613,7 @@ func (x *SetXattrRequest) String() string {
 func (*SetXattrRequest) ProtoMessage() {}
 
 func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2626,7 @@ func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattrRequest.ProtoReflect.Descriptor instead.
 func (*SetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetXattrRequest) GetIno() uint64 {
@@ -2480,7 +2667,7 @@ type GetXattrRequest struct {
 
 func (x *GetXattrRequest) Reset() {
 	*x = GetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2679,7 @@ func (x *GetXattrRequest) String() string {
 func (*GetXattrRequest) ProtoMessage() {}
 
 func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2692,7 @@ func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrRequest.ProtoReflect.Descriptor instead.
 func (*GetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetXattrRequest) GetIno() uint64 {
@@ -2531,7 +2718,7 @@ type GetXattrReply struct {
 
 func (x *GetXattrReply) Reset() {
 	*x = GetXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2730,7 @@ func (x *GetXattrReply) String() string {
 func (*GetXattrReply) ProtoMessage() {}
 
 func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2743,7 @@ func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReply.ProtoReflect.Descriptor instead.
 func (*GetXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetXattrReply) GetValue() []byte {
@@ -2575,7 +2762,7 @@ type ListXattrRequest struct {
 
 func (x *ListXattrRequest) Reset() {
 	*x = ListXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2774,7 @@ func (x *ListXattrRequest) String() string {
 func (*ListXattrRequest) ProtoMessage() {}
 
 func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2787,7 @@ func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrRequest.ProtoReflect.Descriptor instead.
 func (*ListXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListXattrRequest) GetIno() uint64 {
@@ -2619,7 +2806,7 @@ type ListXattrReply struct {
 
 func (x *ListXattrReply) Reset() {
 	*x = ListXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2818,7 @@ func (x *ListXattrReply) String() string {
 func (*ListXattrReply) ProtoMessage() {}
 
 func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2831,7 @@ func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReply.ProtoReflect.Descriptor instead.
 func (*ListXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListXattrReply) GetNames() [][]byte {
@@ -2664,7 +2851,7 @@ type RemoveXattrRequest struct {
 
 func (x *RemoveXattrRequest) Reset() {
 	*x = RemoveXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2863,7 @@ func (x *RemoveXattrRequest) String() string {
 func (*RemoveXattrRequest) ProtoMessage() {}
 
 func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2876,7 @@ func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattrRequest.ProtoReflect.Descriptor instead.
 func (*RemoveXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveXattrRequest) GetIno() uint64 {
@@ -2717,7 +2904,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2916,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2929,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OpenSessionRequest) GetClient() string {
@@ -2776,7 +2963,7 @@ type OpenSessionReply struct {
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2975,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2988,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OpenSessionReply) GetSession() uint64 {
@@ -2828,7 +3015,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +3027,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +3040,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionRequest) GetSession() uint64 {
@@ -2872,7 +3059,7 @@ type KeepAliveReply struct {
 
 func (x *KeepAliveReply) Reset() {
 	*x = KeepAliveReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3071,7 @@ func (x *KeepAliveReply) String() string {
 func (*KeepAliveReply) ProtoMessage() {}
 
 func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3084,7 @@ func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveReply.ProtoReflect.Descriptor instead.
 func (*KeepAliveReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KeepAliveReply) GetLeaseMs() int64 {
@@ -2922,7 +3109,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3121,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3134,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OpenRequest) GetSession() uint64 {
@@ -2976,13 +3163,14 @@ type OpenReply struct {
 	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
 	Attr          *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`       // with OpenRequest.extents
 	Extents       []*ExtentRef           `protobuf:"bytes,3,rep,name=extents,proto3" json:"extents,omitempty"` // with OpenRequest.extents: as GetExtents
+	Caps          [][]byte               `protobuf:"bytes,4,rep,name=caps,proto3" json:"caps,omitempty"`       // with extents: as GetExtentsReply.caps
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenReply) Reset() {
 	*x = OpenReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3182,7 @@ func (x *OpenReply) String() string {
 func (*OpenReply) ProtoMessage() {}
 
 func (x *OpenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3195,7 @@ func (x *OpenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenReply.ProtoReflect.Descriptor instead.
 func (*OpenReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OpenReply) GetHandle() uint64 {
@@ -3031,6 +3219,13 @@ func (x *OpenReply) GetExtents() []*ExtentRef {
 	return nil
 }
 
+func (x *OpenReply) GetCaps() [][]byte {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -3041,7 +3236,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3248,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3261,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseRequest) GetSession() uint64 {
@@ -3098,7 +3293,7 @@ type FileLock struct {
 
 func (x *FileLock) Reset() {
 	*x = FileLock{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3305,7 @@ func (x *FileLock) String() string {
 func (*FileLock) ProtoMessage() {}
 
 func (x *FileLock) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3318,7 @@ func (x *FileLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLock.ProtoReflect.Descriptor instead.
 func (*FileLock) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FileLock) GetKind() LockKind {
@@ -3176,7 +3371,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3383,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3396,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LockRequest) GetSession() uint64 {
@@ -3242,7 +3437,7 @@ type SetLockReply struct {
 
 func (x *SetLockReply) Reset() {
 	*x = SetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3449,7 @@ func (x *SetLockReply) String() string {
 func (*SetLockReply) ProtoMessage() {}
 
 func (x *SetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3462,7 @@ func (x *SetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockReply.ProtoReflect.Descriptor instead.
 func (*SetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetLockReply) GetGranted() bool {
@@ -3293,7 +3488,7 @@ type GetLockReply struct {
 
 func (x *GetLockReply) Reset() {
 	*x = GetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3500,7 @@ func (x *GetLockReply) String() string {
 func (*GetLockReply) ProtoMessage() {}
 
 func (x *GetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3513,7 @@ func (x *GetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockReply.ProtoReflect.Descriptor instead.
 func (*GetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetLockReply) GetConflict() *FileLock {
@@ -3342,7 +3537,7 @@ type CloneRange struct {
 
 func (x *CloneRange) Reset() {
 	*x = CloneRange{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3549,7 @@ func (x *CloneRange) String() string {
 func (*CloneRange) ProtoMessage() {}
 
 func (x *CloneRange) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3562,7 @@ func (x *CloneRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneRange.ProtoReflect.Descriptor instead.
 func (*CloneRange) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CloneRange) GetSrcOff() uint64 {
@@ -3411,7 +3606,7 @@ type CloneExtentsRequest struct {
 
 func (x *CloneExtentsRequest) Reset() {
 	*x = CloneExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3618,7 @@ func (x *CloneExtentsRequest) String() string {
 func (*CloneExtentsRequest) ProtoMessage() {}
 
 func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3631,7 @@ func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CloneExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CloneExtentsRequest) GetSrcIno() uint64 {
@@ -3478,7 +3673,7 @@ type CloneExtentsReply struct {
 
 func (x *CloneExtentsReply) Reset() {
 	*x = CloneExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +3685,7 @@ func (x *CloneExtentsReply) String() string {
 func (*CloneExtentsReply) ProtoMessage() {}
 
 func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +3698,7 @@ func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsReply.ProtoReflect.Descriptor instead.
 func (*CloneExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CloneExtentsReply) GetAttr() *Attr {
@@ -3539,7 +3734,7 @@ type SetLayoutRequest struct {
 
 func (x *SetLayoutRequest) Reset() {
 	*x = SetLayoutRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3746,7 @@ func (x *SetLayoutRequest) String() string {
 func (*SetLayoutRequest) ProtoMessage() {}
 
 func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3759,7 @@ func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLayoutRequest.ProtoReflect.Descriptor instead.
 func (*SetLayoutRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetLayoutRequest) GetIno() uint64 {
@@ -3596,7 +3791,7 @@ type SetOstStateRequest struct {
 
 func (x *SetOstStateRequest) Reset() {
 	*x = SetOstStateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3803,7 @@ func (x *SetOstStateRequest) String() string {
 func (*SetOstStateRequest) ProtoMessage() {}
 
 func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3816,7 @@ func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOstStateRequest.ProtoReflect.Descriptor instead.
 func (*SetOstStateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetOstStateRequest) GetId() uint32 {
@@ -3659,7 +3854,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3866,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3879,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StartJobRequest) GetKind() string {
@@ -3731,7 +3926,7 @@ type JobRequest struct {
 
 func (x *JobRequest) Reset() {
 	*x = JobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3938,7 @@ func (x *JobRequest) String() string {
 func (*JobRequest) ProtoMessage() {}
 
 func (x *JobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3951,7 @@ func (x *JobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRequest.ProtoReflect.Descriptor instead.
 func (*JobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *JobRequest) GetKind() string {
@@ -3794,7 +3989,7 @@ type AdminJob struct {
 
 func (x *AdminJob) Reset() {
 	*x = AdminJob{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4001,7 @@ func (x *AdminJob) String() string {
 func (*AdminJob) ProtoMessage() {}
 
 func (x *AdminJob) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4014,7 @@ func (x *AdminJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminJob.ProtoReflect.Descriptor instead.
 func (*AdminJob) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AdminJob) GetKind() string {
@@ -3962,7 +4157,7 @@ type ChunkMove struct {
 
 func (x *ChunkMove) Reset() {
 	*x = ChunkMove{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4169,7 @@ func (x *ChunkMove) String() string {
 func (*ChunkMove) ProtoMessage() {}
 
 func (x *ChunkMove) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4182,7 @@ func (x *ChunkMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkMove.ProtoReflect.Descriptor instead.
 func (*ChunkMove) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ChunkMove) GetExtent() uint64 {
@@ -4039,7 +4234,7 @@ type OstLoad struct {
 
 func (x *OstLoad) Reset() {
 	*x = OstLoad{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4051,7 +4246,7 @@ func (x *OstLoad) String() string {
 func (*OstLoad) ProtoMessage() {}
 
 func (x *OstLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4064,7 +4259,7 @@ func (x *OstLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OstLoad.ProtoReflect.Descriptor instead.
 func (*OstLoad) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *OstLoad) GetId() uint32 {
@@ -4109,7 +4304,7 @@ type RebalancePlan struct {
 
 func (x *RebalancePlan) Reset() {
 	*x = RebalancePlan{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4316,7 @@ func (x *RebalancePlan) String() string {
 func (*RebalancePlan) ProtoMessage() {}
 
 func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4329,7 @@ func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancePlan.ProtoReflect.Descriptor instead.
 func (*RebalancePlan) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RebalancePlan) GetOsts() []*OstLoad {
@@ -4195,7 +4390,7 @@ type MoveRecord struct {
 
 func (x *MoveRecord) Reset() {
 	*x = MoveRecord{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4402,7 @@ func (x *MoveRecord) String() string {
 func (*MoveRecord) ProtoMessage() {}
 
 func (x *MoveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4415,7 @@ func (x *MoveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRecord.ProtoReflect.Descriptor instead.
 func (*MoveRecord) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MoveRecord) GetExtent() uint64 {
@@ -4279,7 +4474,7 @@ type BadChunk struct {
 
 func (x *BadChunk) Reset() {
 	*x = BadChunk{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4291,7 +4486,7 @@ func (x *BadChunk) String() string {
 func (*BadChunk) ProtoMessage() {}
 
 func (x *BadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4304,7 +4499,7 @@ func (x *BadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BadChunk.ProtoReflect.Descriptor instead.
 func (*BadChunk) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BadChunk) GetExtent() uint64 {
@@ -4352,7 +4547,7 @@ type ReportCorruptRequest struct {
 
 func (x *ReportCorruptRequest) Reset() {
 	*x = ReportCorruptRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4559,7 @@ func (x *ReportCorruptRequest) String() string {
 func (*ReportCorruptRequest) ProtoMessage() {}
 
 func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4572,7 @@ func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCorruptRequest.ProtoReflect.Descriptor instead.
 func (*ReportCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReportCorruptRequest) GetOst() uint32 {
@@ -4404,7 +4599,7 @@ type FsckRequest struct {
 
 func (x *FsckRequest) Reset() {
 	*x = FsckRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4611,7 @@ func (x *FsckRequest) String() string {
 func (*FsckRequest) ProtoMessage() {}
 
 func (x *FsckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4624,7 @@ func (x *FsckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
 func (*FsckRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *FsckRequest) GetRepair() bool {
@@ -4460,7 +4655,7 @@ type FsckProblem struct {
 
 func (x *FsckProblem) Reset() {
 	*x = FsckProblem{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4667,7 @@ func (x *FsckProblem) String() string {
 func (*FsckProblem) ProtoMessage() {}
 
 func (x *FsckProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4680,7 @@ func (x *FsckProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckProblem.ProtoReflect.Descriptor instead.
 func (*FsckProblem) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *FsckProblem) GetKind() string {
@@ -4545,7 +4740,7 @@ type FsckReply struct {
 
 func (x *FsckReply) Reset() {
 	*x = FsckReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4752,7 @@ func (x *FsckReply) String() string {
 func (*FsckReply) ProtoMessage() {}
 
 func (x *FsckReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4765,7 @@ func (x *FsckReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckReply.ProtoReflect.Descriptor instead.
 func (*FsckReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FsckReply) GetExtents() uint64 {
@@ -4630,7 +4825,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4642,7 +4837,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4655,7 +4850,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
 }
 
 type GCReply struct {
@@ -4671,7 +4866,7 @@ type GCReply struct {
 
 func (x *GCReply) Reset() {
 	*x = GCReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4683,7 +4878,7 @@ func (x *GCReply) String() string {
 func (*GCReply) ProtoMessage() {}
 
 func (x *GCReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4696,7 +4891,7 @@ func (x *GCReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCReply.ProtoReflect.Descriptor instead.
 func (*GCReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GCReply) GetQueuedExtents() uint64 {
@@ -4757,7 +4952,7 @@ type MigrateCommitRequest struct {
 
 func (x *MigrateCommitRequest) Reset() {
 	*x = MigrateCommitRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4769,7 +4964,7 @@ func (x *MigrateCommitRequest) String() string {
 func (*MigrateCommitRequest) ProtoMessage() {}
 
 func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4782,7 +4977,7 @@ func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateCommitRequest.ProtoReflect.Descriptor instead.
 func (*MigrateCommitRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MigrateCommitRequest) GetSrcIno() uint64 {
@@ -4838,11 +5033,17 @@ var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\n" +
-	"\x13mds/mdspb/mds.proto\x12\fshoal.mds.v1\"8\n" +
+	"\x13mds/mdspb/mds.proto\x12\fshoal.mds.v1\"u\n" +
 	"\x06Layout\x12\f\n" +
 	"\x01k\x18\x01 \x01(\rR\x01k\x12\f\n" +
 	"\x01m\x18\x02 \x01(\rR\x01m\x12\x12\n" +
-	"\x04unit\x18\x03 \x01(\rR\x04unit\"\x8d\x02\n" +
+	"\x04unit\x18\x03 \x01(\rR\x04unit\x12;\n" +
+	"\vcompression\x18\x04 \x01(\v2\x19.shoal.mds.v1.CompressionR\vcompression\"\x91\x01\n" +
+	"\vCompression\x12)\n" +
+	"\x05codec\x18\x01 \x01(\x0e2\x13.shoal.mds.v1.CodecR\x05codec\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\x05R\x05level\x12$\n" +
+	"\x0emin_saving_pct\x18\x03 \x01(\rR\fminSavingPct\x12\x1b\n" +
+	"\telem_size\x18\x04 \x01(\rR\belemSize\"\x8d\x02\n" +
 	"\x04Attr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -4858,12 +5059,14 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04rdev\x18\v \x01(\rR\x04rdev\"I\n" +
 	"\x05Inode\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x18\n" +
-	"\asymlink\x18\x02 \x01(\fR\asymlink\"r\n" +
+	"\asymlink\x18\x02 \x01(\fR\asymlink\"\xc0\x01\n" +
 	"\x06Extent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x06layout\x18\x02 \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x12\n" +
-	"\x04osts\x18\x04 \x03(\rR\x04osts\"\x8b\x01\n" +
+	"\x04osts\x18\x04 \x03(\rR\x04osts\x12%\n" +
+	"\x0elogical_length\x18\x05 \x01(\x04R\rlogicalLength\x12%\n" +
+	"\x0ecompress_index\x18\x06 \x01(\fR\rcompressIndex\"\x8b\x01\n" +
 	"\tExtentRef\x12\x19\n" +
 	"\bfile_off\x18\x01 \x01(\x04R\afileOff\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x1d\n" +
@@ -4961,16 +5164,18 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\n" +
 	"osts_total\x18\x05 \x01(\rR\tostsTotal\"%\n" +
 	"\x11GetExtentsRequest\x12\x10\n" +
-	"\x03ino\x18\x01 \x01(\x04R\x03ino\"l\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x80\x01\n" +
 	"\x0fGetExtentsReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x121\n" +
-	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\"`\n" +
+	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x12\n" +
+	"\x04caps\x18\x03 \x03(\fR\x04caps\"`\n" +
 	"\x13AllocExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12!\n" +
-	"\fexclude_osts\x18\x03 \x03(\rR\vexcludeOsts\"C\n" +
+	"\fexclude_osts\x18\x03 \x03(\rR\vexcludeOsts\"W\n" +
 	"\x11AllocExtentsReply\x12.\n" +
-	"\aextents\x18\x01 \x03(\v2\x14.shoal.mds.v1.ExtentR\aextents\"v\n" +
+	"\aextents\x18\x01 \x03(\v2\x14.shoal.mds.v1.ExtentR\aextents\x12\x12\n" +
+	"\x04caps\x18\x02 \x03(\fR\x04caps\"v\n" +
 	"\x14CommitExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x121\n" +
 	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x19\n" +
@@ -4980,9 +5185,11 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04free\x18\x04 \x01(\x04R\x04free\x12\x13\n" +
-	"\x05fs_id\x18\x05 \x01(\tR\x04fsId\"\"\n" +
+	"\x05fs_id\x18\x05 \x01(\tR\x04fsId\"A\n" +
 	"\x10RegisterOstReply\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\rR\x02id\"\xa7\x01\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1d\n" +
+	"\n" +
+	"cap_secret\x18\x02 \x01(\fR\tcapSecret\"\xa7\x01\n" +
 	"\x10HeartbeatRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
@@ -5025,11 +5232,12 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\vOpenRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x18\n" +
-	"\aextents\x18\x03 \x01(\bR\aextents\"~\n" +
+	"\aextents\x18\x03 \x01(\bR\aextents\"\x92\x01\n" +
 	"\tOpenReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12&\n" +
 	"\x04attr\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x121\n" +
-	"\aextents\x18\x03 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\"B\n" +
+	"\aextents\x18\x03 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x12\n" +
+	"\x04caps\x18\x04 \x03(\fR\x04caps\"B\n" +
 	"\x0eReleaseRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\"\x9c\x01\n" +
@@ -5177,7 +5385,13 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\vexpect_size\x18\x05 \x01(\x04R\n" +
 	"expectSize\x12&\n" +
 	"\x0fexpect_mtime_ns\x18\x06 \x01(\x03R\rexpectMtimeNs\x12&\n" +
-	"\x0fexpect_ctime_ns\x18\a \x01(\x03R\rexpectCtimeNs*\xd3\x01\n" +
+	"\x0fexpect_ctime_ns\x18\a \x01(\x03R\rexpectCtimeNs*5\n" +
+	"\x05Codec\x12\x0e\n" +
+	"\n" +
+	"CODEC_NONE\x10\x00\x12\f\n" +
+	"\bCODEC_S2\x10\x01\x12\x0e\n" +
+	"\n" +
+	"CODEC_ZSTD\x10\x02*\xd3\x01\n" +
 	"\vSetAttrBits\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -5264,204 +5478,208 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 	return file_mds_mdspb_mds_proto_rawDescData
 }
 
-var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_mds_mdspb_mds_proto_goTypes = []any{
-	(SetAttrBits)(0),             // 0: shoal.mds.v1.SetAttrBits
-	(RenameFlags)(0),             // 1: shoal.mds.v1.RenameFlags
-	(SetXattrFlags)(0),           // 2: shoal.mds.v1.SetXattrFlags
-	(LockKind)(0),                // 3: shoal.mds.v1.LockKind
-	(LockType)(0),                // 4: shoal.mds.v1.LockType
-	(*Layout)(nil),               // 5: shoal.mds.v1.Layout
-	(*Attr)(nil),                 // 6: shoal.mds.v1.Attr
-	(*Inode)(nil),                // 7: shoal.mds.v1.Inode
-	(*Extent)(nil),               // 8: shoal.mds.v1.Extent
-	(*ExtentRef)(nil),            // 9: shoal.mds.v1.ExtentRef
-	(*DirEntry)(nil),             // 10: shoal.mds.v1.DirEntry
-	(*OstInfo)(nil),              // 11: shoal.mds.v1.OstInfo
-	(*Empty)(nil),                // 12: shoal.mds.v1.Empty
-	(*AttrReply)(nil),            // 13: shoal.mds.v1.AttrReply
-	(*LookupRequest)(nil),        // 14: shoal.mds.v1.LookupRequest
-	(*GetAttrRequest)(nil),       // 15: shoal.mds.v1.GetAttrRequest
-	(*SetAttrRequest)(nil),       // 16: shoal.mds.v1.SetAttrRequest
-	(*CreateRequest)(nil),        // 17: shoal.mds.v1.CreateRequest
-	(*SymlinkRequest)(nil),       // 18: shoal.mds.v1.SymlinkRequest
-	(*ReadlinkReply)(nil),        // 19: shoal.mds.v1.ReadlinkReply
-	(*LinkRequest)(nil),          // 20: shoal.mds.v1.LinkRequest
-	(*UnlinkRequest)(nil),        // 21: shoal.mds.v1.UnlinkRequest
-	(*UnlinkReply)(nil),          // 22: shoal.mds.v1.UnlinkReply
-	(*RenameRequest)(nil),        // 23: shoal.mds.v1.RenameRequest
-	(*ReadDirRequest)(nil),       // 24: shoal.mds.v1.ReadDirRequest
-	(*ReadDirReply)(nil),         // 25: shoal.mds.v1.ReadDirReply
-	(*StatFsRequest)(nil),        // 26: shoal.mds.v1.StatFsRequest
-	(*StatFsReply)(nil),          // 27: shoal.mds.v1.StatFsReply
-	(*GetExtentsRequest)(nil),    // 28: shoal.mds.v1.GetExtentsRequest
-	(*GetExtentsReply)(nil),      // 29: shoal.mds.v1.GetExtentsReply
-	(*AllocExtentsRequest)(nil),  // 30: shoal.mds.v1.AllocExtentsRequest
-	(*AllocExtentsReply)(nil),    // 31: shoal.mds.v1.AllocExtentsReply
-	(*CommitExtentsRequest)(nil), // 32: shoal.mds.v1.CommitExtentsRequest
-	(*RegisterOstRequest)(nil),   // 33: shoal.mds.v1.RegisterOstRequest
-	(*RegisterOstReply)(nil),     // 34: shoal.mds.v1.RegisterOstReply
-	(*HeartbeatRequest)(nil),     // 35: shoal.mds.v1.HeartbeatRequest
-	(*ListOstsRequest)(nil),      // 36: shoal.mds.v1.ListOstsRequest
-	(*ListOstsReply)(nil),        // 37: shoal.mds.v1.ListOstsReply
-	(*SetXattrRequest)(nil),      // 38: shoal.mds.v1.SetXattrRequest
-	(*GetXattrRequest)(nil),      // 39: shoal.mds.v1.GetXattrRequest
-	(*GetXattrReply)(nil),        // 40: shoal.mds.v1.GetXattrReply
-	(*ListXattrRequest)(nil),     // 41: shoal.mds.v1.ListXattrRequest
-	(*ListXattrReply)(nil),       // 42: shoal.mds.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil),   // 43: shoal.mds.v1.RemoveXattrRequest
-	(*OpenSessionRequest)(nil),   // 44: shoal.mds.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),     // 45: shoal.mds.v1.OpenSessionReply
-	(*SessionRequest)(nil),       // 46: shoal.mds.v1.SessionRequest
-	(*KeepAliveReply)(nil),       // 47: shoal.mds.v1.KeepAliveReply
-	(*OpenRequest)(nil),          // 48: shoal.mds.v1.OpenRequest
-	(*OpenReply)(nil),            // 49: shoal.mds.v1.OpenReply
-	(*ReleaseRequest)(nil),       // 50: shoal.mds.v1.ReleaseRequest
-	(*FileLock)(nil),             // 51: shoal.mds.v1.FileLock
-	(*LockRequest)(nil),          // 52: shoal.mds.v1.LockRequest
-	(*SetLockReply)(nil),         // 53: shoal.mds.v1.SetLockReply
-	(*GetLockReply)(nil),         // 54: shoal.mds.v1.GetLockReply
-	(*CloneRange)(nil),           // 55: shoal.mds.v1.CloneRange
-	(*CloneExtentsRequest)(nil),  // 56: shoal.mds.v1.CloneExtentsRequest
-	(*CloneExtentsReply)(nil),    // 57: shoal.mds.v1.CloneExtentsReply
-	(*SetLayoutRequest)(nil),     // 58: shoal.mds.v1.SetLayoutRequest
-	(*SetOstStateRequest)(nil),   // 59: shoal.mds.v1.SetOstStateRequest
-	(*StartJobRequest)(nil),      // 60: shoal.mds.v1.StartJobRequest
-	(*JobRequest)(nil),           // 61: shoal.mds.v1.JobRequest
-	(*AdminJob)(nil),             // 62: shoal.mds.v1.AdminJob
-	(*ChunkMove)(nil),            // 63: shoal.mds.v1.ChunkMove
-	(*OstLoad)(nil),              // 64: shoal.mds.v1.OstLoad
-	(*RebalancePlan)(nil),        // 65: shoal.mds.v1.RebalancePlan
-	(*MoveRecord)(nil),           // 66: shoal.mds.v1.MoveRecord
-	(*BadChunk)(nil),             // 67: shoal.mds.v1.BadChunk
-	(*ReportCorruptRequest)(nil), // 68: shoal.mds.v1.ReportCorruptRequest
-	(*FsckRequest)(nil),          // 69: shoal.mds.v1.FsckRequest
-	(*FsckProblem)(nil),          // 70: shoal.mds.v1.FsckProblem
-	(*FsckReply)(nil),            // 71: shoal.mds.v1.FsckReply
-	(*GCRequest)(nil),            // 72: shoal.mds.v1.GCRequest
-	(*GCReply)(nil),              // 73: shoal.mds.v1.GCReply
-	(*MigrateCommitRequest)(nil), // 74: shoal.mds.v1.MigrateCommitRequest
+	(Codec)(0),                   // 0: shoal.mds.v1.Codec
+	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
+	(RenameFlags)(0),             // 2: shoal.mds.v1.RenameFlags
+	(SetXattrFlags)(0),           // 3: shoal.mds.v1.SetXattrFlags
+	(LockKind)(0),                // 4: shoal.mds.v1.LockKind
+	(LockType)(0),                // 5: shoal.mds.v1.LockType
+	(*Layout)(nil),               // 6: shoal.mds.v1.Layout
+	(*Compression)(nil),          // 7: shoal.mds.v1.Compression
+	(*Attr)(nil),                 // 8: shoal.mds.v1.Attr
+	(*Inode)(nil),                // 9: shoal.mds.v1.Inode
+	(*Extent)(nil),               // 10: shoal.mds.v1.Extent
+	(*ExtentRef)(nil),            // 11: shoal.mds.v1.ExtentRef
+	(*DirEntry)(nil),             // 12: shoal.mds.v1.DirEntry
+	(*OstInfo)(nil),              // 13: shoal.mds.v1.OstInfo
+	(*Empty)(nil),                // 14: shoal.mds.v1.Empty
+	(*AttrReply)(nil),            // 15: shoal.mds.v1.AttrReply
+	(*LookupRequest)(nil),        // 16: shoal.mds.v1.LookupRequest
+	(*GetAttrRequest)(nil),       // 17: shoal.mds.v1.GetAttrRequest
+	(*SetAttrRequest)(nil),       // 18: shoal.mds.v1.SetAttrRequest
+	(*CreateRequest)(nil),        // 19: shoal.mds.v1.CreateRequest
+	(*SymlinkRequest)(nil),       // 20: shoal.mds.v1.SymlinkRequest
+	(*ReadlinkReply)(nil),        // 21: shoal.mds.v1.ReadlinkReply
+	(*LinkRequest)(nil),          // 22: shoal.mds.v1.LinkRequest
+	(*UnlinkRequest)(nil),        // 23: shoal.mds.v1.UnlinkRequest
+	(*UnlinkReply)(nil),          // 24: shoal.mds.v1.UnlinkReply
+	(*RenameRequest)(nil),        // 25: shoal.mds.v1.RenameRequest
+	(*ReadDirRequest)(nil),       // 26: shoal.mds.v1.ReadDirRequest
+	(*ReadDirReply)(nil),         // 27: shoal.mds.v1.ReadDirReply
+	(*StatFsRequest)(nil),        // 28: shoal.mds.v1.StatFsRequest
+	(*StatFsReply)(nil),          // 29: shoal.mds.v1.StatFsReply
+	(*GetExtentsRequest)(nil),    // 30: shoal.mds.v1.GetExtentsRequest
+	(*GetExtentsReply)(nil),      // 31: shoal.mds.v1.GetExtentsReply
+	(*AllocExtentsRequest)(nil),  // 32: shoal.mds.v1.AllocExtentsRequest
+	(*AllocExtentsReply)(nil),    // 33: shoal.mds.v1.AllocExtentsReply
+	(*CommitExtentsRequest)(nil), // 34: shoal.mds.v1.CommitExtentsRequest
+	(*RegisterOstRequest)(nil),   // 35: shoal.mds.v1.RegisterOstRequest
+	(*RegisterOstReply)(nil),     // 36: shoal.mds.v1.RegisterOstReply
+	(*HeartbeatRequest)(nil),     // 37: shoal.mds.v1.HeartbeatRequest
+	(*ListOstsRequest)(nil),      // 38: shoal.mds.v1.ListOstsRequest
+	(*ListOstsReply)(nil),        // 39: shoal.mds.v1.ListOstsReply
+	(*SetXattrRequest)(nil),      // 40: shoal.mds.v1.SetXattrRequest
+	(*GetXattrRequest)(nil),      // 41: shoal.mds.v1.GetXattrRequest
+	(*GetXattrReply)(nil),        // 42: shoal.mds.v1.GetXattrReply
+	(*ListXattrRequest)(nil),     // 43: shoal.mds.v1.ListXattrRequest
+	(*ListXattrReply)(nil),       // 44: shoal.mds.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),   // 45: shoal.mds.v1.RemoveXattrRequest
+	(*OpenSessionRequest)(nil),   // 46: shoal.mds.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),     // 47: shoal.mds.v1.OpenSessionReply
+	(*SessionRequest)(nil),       // 48: shoal.mds.v1.SessionRequest
+	(*KeepAliveReply)(nil),       // 49: shoal.mds.v1.KeepAliveReply
+	(*OpenRequest)(nil),          // 50: shoal.mds.v1.OpenRequest
+	(*OpenReply)(nil),            // 51: shoal.mds.v1.OpenReply
+	(*ReleaseRequest)(nil),       // 52: shoal.mds.v1.ReleaseRequest
+	(*FileLock)(nil),             // 53: shoal.mds.v1.FileLock
+	(*LockRequest)(nil),          // 54: shoal.mds.v1.LockRequest
+	(*SetLockReply)(nil),         // 55: shoal.mds.v1.SetLockReply
+	(*GetLockReply)(nil),         // 56: shoal.mds.v1.GetLockReply
+	(*CloneRange)(nil),           // 57: shoal.mds.v1.CloneRange
+	(*CloneExtentsRequest)(nil),  // 58: shoal.mds.v1.CloneExtentsRequest
+	(*CloneExtentsReply)(nil),    // 59: shoal.mds.v1.CloneExtentsReply
+	(*SetLayoutRequest)(nil),     // 60: shoal.mds.v1.SetLayoutRequest
+	(*SetOstStateRequest)(nil),   // 61: shoal.mds.v1.SetOstStateRequest
+	(*StartJobRequest)(nil),      // 62: shoal.mds.v1.StartJobRequest
+	(*JobRequest)(nil),           // 63: shoal.mds.v1.JobRequest
+	(*AdminJob)(nil),             // 64: shoal.mds.v1.AdminJob
+	(*ChunkMove)(nil),            // 65: shoal.mds.v1.ChunkMove
+	(*OstLoad)(nil),              // 66: shoal.mds.v1.OstLoad
+	(*RebalancePlan)(nil),        // 67: shoal.mds.v1.RebalancePlan
+	(*MoveRecord)(nil),           // 68: shoal.mds.v1.MoveRecord
+	(*BadChunk)(nil),             // 69: shoal.mds.v1.BadChunk
+	(*ReportCorruptRequest)(nil), // 70: shoal.mds.v1.ReportCorruptRequest
+	(*FsckRequest)(nil),          // 71: shoal.mds.v1.FsckRequest
+	(*FsckProblem)(nil),          // 72: shoal.mds.v1.FsckProblem
+	(*FsckReply)(nil),            // 73: shoal.mds.v1.FsckReply
+	(*GCRequest)(nil),            // 74: shoal.mds.v1.GCRequest
+	(*GCReply)(nil),              // 75: shoal.mds.v1.GCReply
+	(*MigrateCommitRequest)(nil), // 76: shoal.mds.v1.MigrateCommitRequest
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
-	5,  // 0: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
-	6,  // 1: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
-	5,  // 2: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
-	8,  // 3: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
-	6,  // 4: shoal.mds.v1.DirEntry.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 5: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
-	5,  // 6: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
-	6,  // 7: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
-	10, // 8: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	6,  // 9: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	9,  // 10: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	8,  // 11: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	9,  // 12: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	11, // 13: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	6,  // 14: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
-	9,  // 15: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	3,  // 16: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	4,  // 17: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	51, // 18: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	51, // 19: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	51, // 20: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	55, // 21: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
-	6,  // 22: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	5,  // 23: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
-	60, // 24: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	64, // 25: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	63, // 26: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	67, // 27: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	70, // 28: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
-	14, // 29: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	15, // 30: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	16, // 31: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	17, // 32: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	17, // 33: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	18, // 34: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	15, // 35: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	20, // 36: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	21, // 37: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	21, // 38: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 39: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	24, // 40: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	26, // 41: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	28, // 42: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	30, // 43: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	32, // 44: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	33, // 45: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	35, // 46: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	36, // 47: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	38, // 48: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	39, // 49: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	41, // 50: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	43, // 51: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	44, // 52: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	46, // 53: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	46, // 54: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	48, // 55: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	50, // 56: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	52, // 57: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	52, // 58: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	12, // 59: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	56, // 60: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	58, // 61: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	59, // 62: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	60, // 63: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	61, // 64: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	61, // 65: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	60, // 66: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	69, // 67: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	72, // 68: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	68, // 69: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	74, // 70: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	13, // 71: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	13, // 72: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 73: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	13, // 74: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	13, // 75: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	13, // 76: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	19, // 77: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	13, // 78: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	22, // 79: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	12, // 80: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	12, // 81: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	25, // 82: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	27, // 83: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	29, // 84: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	31, // 85: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	13, // 86: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	34, // 87: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	12, // 88: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	37, // 89: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	13, // 90: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	40, // 91: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	42, // 92: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	13, // 93: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	45, // 94: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	47, // 95: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	12, // 96: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	49, // 97: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	12, // 98: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	53, // 99: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	54, // 100: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	12, // 101: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	57, // 102: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	13, // 103: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	11, // 104: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	62, // 105: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	62, // 106: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	62, // 107: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 108: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	71, // 109: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	73, // 110: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	12, // 111: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	13, // 112: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	71, // [71:113] is the sub-list for method output_type
-	29, // [29:71] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
+	0,  // 1: shoal.mds.v1.Compression.codec:type_name -> shoal.mds.v1.Codec
+	6,  // 2: shoal.mds.v1.Attr.layout:type_name -> shoal.mds.v1.Layout
+	8,  // 3: shoal.mds.v1.Inode.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 4: shoal.mds.v1.Extent.layout:type_name -> shoal.mds.v1.Layout
+	10, // 5: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
+	8,  // 6: shoal.mds.v1.DirEntry.attr:type_name -> shoal.mds.v1.Attr
+	8,  // 7: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 8: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
+	8,  // 9: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
+	12, // 10: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	8,  // 11: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 12: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	10, // 13: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	11, // 14: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	13, // 15: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	8,  // 16: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 17: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	4,  // 18: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	5,  // 19: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	53, // 20: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	53, // 21: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	53, // 22: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	57, // 23: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	8,  // 24: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 25: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
+	62, // 26: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	66, // 27: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	65, // 28: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	69, // 29: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	72, // 30: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	16, // 31: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 32: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 33: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	19, // 34: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	19, // 35: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	20, // 36: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	17, // 37: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	22, // 38: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	23, // 39: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 40: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	25, // 41: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	26, // 42: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	28, // 43: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	30, // 44: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	32, // 45: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	34, // 46: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	35, // 47: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	37, // 48: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	38, // 49: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	40, // 50: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	41, // 51: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	43, // 52: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	45, // 53: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	46, // 54: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	48, // 55: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	48, // 56: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	50, // 57: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	52, // 58: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	54, // 59: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	54, // 60: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 61: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	58, // 62: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	60, // 63: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	61, // 64: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	62, // 65: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	63, // 66: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	63, // 67: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	62, // 68: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	71, // 69: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	74, // 70: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	70, // 71: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	76, // 72: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	15, // 73: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 74: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 75: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 76: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 77: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 78: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 79: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 80: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 81: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	14, // 82: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	14, // 83: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	27, // 84: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	29, // 85: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	31, // 86: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	33, // 87: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 88: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	36, // 89: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 90: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	39, // 91: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 92: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	42, // 93: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	44, // 94: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 95: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	47, // 96: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	49, // 97: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 98: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	51, // 99: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 100: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	55, // 101: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	56, // 102: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 103: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	59, // 104: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 105: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 106: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	64, // 107: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	64, // 108: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	64, // 109: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	67, // 110: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	73, // 111: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	75, // 112: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 113: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 114: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	73, // [73:115] is the sub-list for method output_type
+	31, // [31:73] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -5474,8 +5692,8 @@ func file_mds_mdspb_mds_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   70,
+			NumEnums:      6,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/layout"
+	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -59,9 +61,29 @@ type Options struct {
 	Dir string
 	// DirectIO of the OSTs (ost.Options.DirectIO); default theirs.
 	DirectIO ost.DirectIO
+	// Insecure runs every server and client in plaintext; by default the
+	// cluster has a CA of its own and every connection is mutual TLS.
+	Insecure bool
+	// Identity configures the MDS's trust levels (root squash).
+	Identity mds.IdentityOptions
 	// NoDataPath starts the OSTs without their data path (as OSTs
 	// before it): clients read and write chunks over gRPC.
 	NoDataPath bool
+	// MDSReplicas runs the MDS as a replicated group of this many
+	// members (docs/mds-raft.md), all in this process, member i on
+	// DIR/mds-i with its own address; OSTs, clients and mounts get the
+	// list of every address. 0 or 1: a single MDS without Raft.
+	MDSReplicas int
+	// MDSRaft is the template of the members' Raft options: the tick
+	// (an election after ElectionTicks ticks without a leader), snapshot
+	// and log settings; zero values take the MDS's defaults. ID, Peers
+	// and Join are set per member.
+	MDSRaft mds.RaftOptions
+	// Registry, when set, receives the metrics of the MDS and of every
+	// OST (labelled ost="N"). Servers register when they start, so a test
+	// that restarts them must not set it. Clients register in
+	// Client.Registry.
+	Registry prometheus.Registerer
 }
 
 // Cluster is a running test cluster.
@@ -72,12 +94,14 @@ type Cluster struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	mdsAddr string
+	mdsAddr string // one address, or the group's list (a,b,c)
 	mds     *mds.Server
 	mdsSrv  *wire.Server
+	members []*MDSMember // a replicated MDS (Options.MDSReplicas > 1)
 	osts    []*OST
 	clients []*client.Client
 	mounts  []unmounter
+	tls     *clusterTLS // nil when Insecure
 }
 
 // OST is one object storage target of the cluster.
@@ -111,6 +135,9 @@ func Start(t testing.TB, o Options) *Cluster {
 		c.osts = append(c.osts, &OST{Dir: filepath.Join(c.Dir, fmt.Sprintf("ost-%02d", i+1)), Addr: "127.0.0.1:0"})
 	}
 	c.mdsAddr = "127.0.0.1:0"
+	if err := c.setupTLS(); err != nil {
+		t.Fatalf("cluster TLS: %v", err)
+	}
 	if err := c.startAll(); err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
@@ -137,6 +164,9 @@ func (c *Cluster) startAll() error {
 }
 
 func (c *Cluster) startMDS() error {
+	if c.opts.MDSReplicas > 1 {
+		return c.startGroup()
+	}
 	lo := c.opts.Layout
 	m, err := mds.Open(c.ctx(), mds.Options{
 		Dir: filepath.Join(c.Dir, "mds"), Logger: c.log.With("proc", "mds"),
@@ -146,11 +176,14 @@ func (c *Cluster) startMDS() error {
 		GCGrace:          c.opts.GCGrace,
 		SessionLease:     c.opts.SessionLease,
 		Admin:            c.opts.Admin,
+		Creds:            c.Creds(pki.RoleMDS),
+		Identity:         c.opts.Identity,
+		Registry:         c.opts.Registry,
 	})
 	if err != nil {
 		return err
 	}
-	srv, err := listenRetry(c.mdsAddr, m.Register)
+	srv, err := listenRetry(c.mdsAddr, m.Register, c.mdsServeOpts(m.Authorize)...)
 	if err != nil {
 		m.Close()
 		return err
@@ -161,11 +194,11 @@ func (c *Cluster) startMDS() error {
 
 // listenRetry binds addr, retrying for a while when a just-closed port is
 // still held by the kernel.
-func listenRetry(addr string, register func(*grpc.Server)) (*wire.Server, error) {
+func listenRetry(addr string, register func(*grpc.Server), opts ...wire.ServerOpt) (*wire.Server, error) {
 	var err error
 	for i := 0; i < 50; i++ {
 		var s *wire.Server
-		if s, err = wire.Listen(addr, register); err == nil {
+		if s, err = wire.Listen(addr, register, opts...); err == nil {
 			return s, nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -173,11 +206,23 @@ func listenRetry(addr string, register func(*grpc.Server)) (*wire.Server, error)
 	return nil, err
 }
 
-// MDSAddr is the MDS's address.
+// MDSAddr is the MDS's address; for a replicated MDS the list of its
+// members' addresses, comma-separated, as --mds takes it.
 func (c *Cluster) MDSAddr() string { return c.mdsAddr }
 
-// MDS is the running metadata server.
-func (c *Cluster) MDS() *mds.Server { return c.mds }
+// MDS is the running metadata server; for a replicated MDS the member
+// serving as leader now, or nil (see MDSLeader to wait for one).
+func (c *Cluster) MDS() *mds.Server {
+	if c.members != nil {
+		for _, m := range c.members {
+			if st, ok := m.status(); ok && st.Serving {
+				return m.Server
+			}
+		}
+		return nil
+	}
+	return c.mds
+}
 
 // OST returns target i (0-based).
 func (c *Cluster) OST(i int) *OST { return c.osts[i] }
@@ -188,19 +233,22 @@ func (c *Cluster) StartOST(i int) error {
 	if t.Server != nil {
 		return fmt.Errorf("OST %d is running", i)
 	}
-	s, err := wire.Bind(t.Addr)
+	s, err := wire.Bind(t.Addr, c.ostServeOpts()...)
 	for try := 0; err != nil && try < 50; try++ {
 		time.Sleep(100 * time.Millisecond)
-		s, err = wire.Bind(t.Addr)
+		s, err = wire.Bind(t.Addr, c.ostServeOpts()...)
 	}
 	if err != nil {
 		return err
 	}
 	oo := ost.Options{Dir: t.Dir, MDSAddr: c.mdsAddr, AdvertiseAddr: s.Addr(),
 		Logger: c.log.With("proc", fmt.Sprintf("ost-%d", i)), HeartbeatInterval: 200 * time.Millisecond,
-		DirectIO: c.opts.DirectIO, Scrub: c.opts.Scrub}
+		DirectIO: c.opts.DirectIO, Scrub: c.opts.Scrub, Creds: c.Creds(pki.RoleOST)}
 	if c.opts.NoDataPath {
 		oo.DataListen = ost.DataListenOff
+	}
+	if c.opts.Registry != nil {
+		oo.Registry = prometheus.WrapRegistererWith(prometheus.Labels{"ost": fmt.Sprint(i)}, c.opts.Registry)
 	}
 	o, err := ost.Open(c.ctx(), oo)
 	if err != nil {
@@ -251,7 +299,7 @@ func (c *Cluster) KillOST(i int) {
 
 // WaitOSTsUp waits until the MDS reports n OSTs up.
 func (c *Cluster) WaitOSTsUp(n int) error {
-	conn, err := wire.Dial(c.mdsAddr)
+	conn, err := wire.DialGroup(c.mdsAddr, wire.WithCreds(c.Creds(pki.RoleAdmin))) // one MDS or a group: follows the leader
 	if err != nil {
 		return err
 	}
@@ -287,6 +335,9 @@ func (c *Cluster) clientWith(o client.Options) *client.Client {
 	c.t.Helper()
 	o.MDS = c.mdsAddr
 	o.Logger = c.log.With("proc", "client")
+	if o.Creds == nil {
+		o.Creds = c.Creds(pki.RoleAdmin)
+	}
 	cl, err := client.New(c.ctx(), o)
 	if err != nil {
 		c.t.Fatalf("client: %v", err)
@@ -335,6 +386,7 @@ func (c *Cluster) stopServers() {
 	for i := range c.osts {
 		c.StopOST(i)
 	}
+	c.stopGroup()
 	if c.mdsSrv != nil {
 		c.mdsSrv.Stop(time.Second)
 		c.mds.Close()
@@ -345,11 +397,20 @@ func (c *Cluster) stopServers() {
 // RestartMDS stops the MDS and starts it again on the same directory and
 // address, leaving the OSTs, clients and mounts running: they reconnect.
 // The MDS forgets every session, open handle and lock.
+//
+// For a replicated MDS it stops every member at once (KillMDS) and starts
+// them all again.
 func (c *Cluster) RestartMDS() {
 	c.t.Helper()
-	c.mdsSrv.Stop(time.Second)
-	c.mds.Close()
-	c.mds, c.mdsSrv = nil, nil
+	if c.members != nil {
+		for _, m := range c.members {
+			c.KillMDS(m.ID)
+		}
+	} else {
+		c.mdsSrv.Stop(time.Second)
+		c.mds.Close()
+		c.mds, c.mdsSrv = nil, nil
+	}
 	if err := c.startMDS(); err != nil {
 		c.t.Fatalf("restart MDS: %v", err)
 	}

@@ -13,6 +13,13 @@ import (
 // skips the test, loudly, when FUSE is not usable here.
 func (c *Cluster) Mount() string {
 	c.t.Helper()
+	return c.MountWith(fuse.Options{})
+}
+
+// MountWith mounts as Mount does, with the mount options of fo (its Client,
+// Logger and AllowOther are filled in).
+func (c *Cluster) MountWith(fo fuse.Options) string {
+	c.t.Helper()
 	RequireFUSE(c.t)
 	dir := filepath.Join(c.Dir, fmt.Sprintf("mnt-%d", len(c.mounts)))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -20,7 +27,8 @@ func (c *Cluster) Mount() string {
 	}
 	o := c.opts.Client
 	o.EarlyNamespaceReplies = !c.opts.SyncNamespace
-	m, err := fuse.Mount(c.ctx(), dir, fuse.Options{Client: c.clientWith(o), Logger: c.log.With("proc", "fuse"), AllowOther: c.opts.AllowOther})
+	fo.Client, fo.Logger, fo.AllowOther = c.clientWith(o), c.log.With("proc", "fuse"), c.opts.AllowOther
+	m, err := fuse.Mount(c.ctx(), dir, fo)
 	if err != nil {
 		c.t.Fatalf("mount: %v", err)
 	}

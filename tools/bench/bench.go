@@ -302,7 +302,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	for _, g := range []struct {
 		name string
 		fn   func(context.Context) error
-	}{{"big", r.big}, {"small", r.small}, {"meta", r.meta}, {"ckpt", r.ckpt}, {"ckpt-api", r.ckptAPI}} {
+	}{{"big", r.big}, {"small", r.small}, {"meta", r.meta}, {"ckpt", r.ckpt}, {"ckpt-api", r.ckptAPI}, {"compress", r.compress}} {
 		if !sel.groups[g.name] {
 			continue
 		}
@@ -320,7 +320,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	for _, f := range r.failures {
 		r.note("FAILED: %s", f)
 	}
-	rep = &Report{Figures: append(assemble(r.vals, overhead), assembleCkptAPI(r.vals, overhead)...), Notes: r.notes}
+	figs := append(assemble(r.vals, overhead), assembleCkptAPI(r.vals, overhead)...)
+	rep = &Report{Figures: append(figs, assembleCompress(r.vals)...), Notes: r.notes}
 	if len(r.failures) > 0 {
 		// The figures that were measured are still worth printing.
 		return rep, fmt.Errorf("%w: %s", ErrStepsFailed, strings.Join(r.failures, "; "))

@@ -1,0 +1,280 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/capability"
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/layout"
+	"github.com/shoalfs/shoal/internal/pki"
+	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds"
+	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/ost/ostpb"
+	"github.com/shoalfs/shoal/test/cluster"
+)
+
+// TestSecurityTLS: a TLS cluster refuses a client without a certificate
+// and one with a certificate from another CA; a client of its own CA works.
+func TestSecurityTLS(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout()})
+	ctx := context.Background()
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
+
+	// Plaintext.
+	cc, err := wire.Dial(cl.MDSAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, cancel := short()
+	_, err = mdspb.NewMdsClient(cc).GetAttr(c1, &mdspb.GetAttrRequest{Ino: 1})
+	cancel()
+	cc.Close()
+	if err == nil {
+		t.Fatal("plaintext call to a TLS MDS succeeded")
+	}
+
+	// Another CA.
+	other, err := pki.InitCA(filepath.Join(t.TempDir(), "other"), "other", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := other.IssueTo(filepath.Join(t.TempDir(), "o"), pki.Request{Role: pki.RoleAdmin, Name: "intruder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := wire.LoadCreds(wire.TLSFiles{Cert: p.Cert, Key: p.Key, CA: p.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err = wire.Dial(cl.MDSAddr(), wire.WithCreds(oc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, cancel := short()
+	_, err = mdspb.NewMdsClient(cc).GetAttr(c2, &mdspb.GetAttrRequest{Ino: 1})
+	cancel()
+	cc.Close()
+	if err == nil {
+		t.Fatal("a certificate of another CA was accepted")
+	}
+
+	// A client certificate may not call administrative methods.
+	cr, err := cl.IssueCreds(nil, pki.RoleClient, "plain-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err = wire.Dial(cl.MDSAddr(), wire.WithCreds(cr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := mdspb.NewMdsClient(cc).GetAttr(ctx, &mdspb.GetAttrRequest{Ino: 1}); err != nil {
+		t.Fatalf("client certificate: %v", err)
+	}
+	if _, err := mdspb.NewMdsClient(cc).RunGC(ctx, &mdspb.GCRequest{}); !errors.Is(err, errs.ErrPermission) {
+		t.Fatalf("RunGC with a client certificate: %v, want permission denied", err)
+	}
+	if _, err := mdspb.NewMdsClient(cc).RegisterOst(ctx, &mdspb.RegisterOstRequest{Uuid: "x", Addr: "127.0.0.1:1"}); !errors.Is(err, errs.ErrPermission) {
+		t.Fatalf("RegisterOst with a client certificate: %v, want permission denied", err)
+	}
+}
+
+// writeTestFile writes data to name in the root through c and returns
+// the file's extent map as the MDS gives it to c.
+func writeTestFile(t *testing.T, c *client.Client, name string, data []byte) *mdspb.GetExtentsReply {
+	t.Helper()
+	ctx := context.Background()
+	f, _, err := c.CreateFileIn(ctx, client.RootIno, name, 0o644, 0, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Lookup(ctx, client.RootIno, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GetExtents()) == 0 || len(r.GetCaps()) != len(r.GetExtents()) {
+		t.Fatalf("%s: %d extents, %d capabilities", name, len(r.GetExtents()), len(r.GetCaps()))
+	}
+	return r
+}
+
+// TestSecurityCapabilities: OSTs refuse chunk calls without a capability,
+// with a forged one, an expired one, one for another file's extent and a
+// read capability used to write; the right one works. Also over gRPC
+// chunk I/O end to end.
+func TestSecurityCapabilities(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout(), Client: client.Options{GRPCChunks: true}})
+	ctx := context.Background()
+	c := cl.Client()
+	data := bytes.Repeat([]byte("capability"), 5000)
+	a := writeTestFile(t, c, "a", data)
+	b := writeTestFile(t, c, "b", data)
+	// Reads through the client (gRPC chunk I/O) carry their capabilities.
+	f, err := c.OpenIno(ctx, a.GetAttr().GetIno())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read through the client: %v", err)
+	}
+	f.Close(ctx)
+
+	ext := a.GetExtents()[0].GetExtent()
+	// The placement names OST ids; find the address of the first.
+	var ostAddr string
+	infos, err := c.MDS().ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range infos.GetOsts() {
+		if o.GetId() == ext.GetOsts()[0] {
+			ostAddr = o.GetAddr()
+		}
+	}
+	cc, err := wire.Dial(ostAddr, wire.WithCreds(cl.Creds(pki.RoleClient)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ost := ostpb.NewOstClient(cc)
+	read := func(tok []byte, extent uint64) error {
+		cctx := ctx
+		if tok != nil {
+			cctx = metadataCap(ctx, tok)
+		}
+		_, err := ost.ReadChunk(cctx, &ostpb.ReadChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: 0}, Offset: 0, Length: 16})
+		return err
+	}
+	reason := func(err error) string {
+		var ce *errs.CapabilityError
+		if errors.As(err, &ce) {
+			return ce.Reason
+		}
+		return "not a capability error: " + errString(err)
+	}
+	if err := read(a.GetCaps()[0], ext.GetId()); err != nil {
+		t.Fatalf("with its capability: %v", err)
+	}
+	if r := reason(read(nil, ext.GetId())); r != errs.CapMissing {
+		t.Errorf("no capability: %s", r)
+	}
+	forgedKey, _ := capability.NewKey(bytes.Repeat([]byte{7}, capability.SecretSize))
+	if r := reason(read(forgedKey.Sign(capability.Read, ext.GetId(), time.Now().Add(time.Hour)), ext.GetId())); r != errs.CapForged {
+		t.Errorf("forged: %s", r)
+	}
+	tampered := append([]byte(nil), a.GetCaps()[0]...)
+	tampered[12] ^= 1 // push the expiry
+	if r := reason(read(tampered, ext.GetId())); r != errs.CapForged {
+		t.Errorf("tampered: %s", r)
+	}
+	expired, err := cl.MDS().Capability(capability.Read, ext.GetId(), time.Now().Add(-time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reason(read(expired, ext.GetId())); r != errs.CapExpired {
+		t.Errorf("expired: %s", r)
+	}
+	if r := reason(read(b.GetCaps()[0], ext.GetId())); r != errs.CapExtent {
+		t.Errorf("another file's capability: %s", r)
+	}
+	_, err = ost.WriteChunk(metadataCap(ctx, a.GetCaps()[0]), &ostpb.WriteChunkRequest{Id: &ostpb.ChunkId{Extent: ext.GetId(), Index: 9}, Data: []byte("x")})
+	if r := reason(err); r != errs.CapAccess {
+		t.Errorf("write with a read capability: %s", r)
+	}
+	_, err = ost.DeleteChunks(metadataCap(ctx, a.GetCaps()[0]), &ostpb.DeleteChunksRequest{Ids: []*ostpb.ChunkId{{Extent: ext.GetId()}}})
+	if r := reason(err); r != errs.CapAccess {
+		t.Errorf("delete with a read capability: %s", r)
+	}
+}
+
+// TestSecurityPermissions: the MDS checks POSIX permissions with the
+// caller's identity, and squashes root of a squashed node.
+func TestSecurityPermissions(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout(),
+		Identity: mds.IdentityOptions{Squash: []string{"squashed"}}})
+	ctx := context.Background()
+	root := cl.Client()
+	if _, err := root.MkdirIn(ctx, client.RootIno, "private", 0o700, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	a := writeTestFile(t, root, "secret", []byte("root only"))
+	if _, err := root.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: a.GetAttr().GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o600}); err != nil {
+		t.Fatal(err)
+	}
+	user := client.WithUser(ctx, client.User{UID: 1000, GID: 1000})
+	if _, err := root.MkdirIn(user, client.RootIno, "nope", 0o755, 1000, 1000); !errors.Is(err, errs.ErrPermission) {
+		t.Errorf("uid 1000 mkdir in a 0755 root-owned directory: %v", err)
+	}
+	priv, err := root.Lookup(ctx, client.RootIno, "private")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Lookup(user, priv.GetIno(), "x"); !errors.Is(err, errs.ErrPermission) {
+		t.Errorf("uid 1000 lookup in a 0700 directory: %v", err)
+	}
+	r, err := root.MDS().GetExtents(user, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()})
+	if err != nil || len(r.GetCaps()) != 0 {
+		t.Errorf("uid 1000 got %d capabilities for a 0600 file of root (err %v)", len(r.GetCaps()), err)
+	}
+	if _, err := root.SetAttr(user, &mdspb.SetAttrRequest{Ino: a.GetAttr().GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o666}); !errors.Is(err, errs.ErrNotPermitted) {
+		t.Errorf("uid 1000 chmod of root's file: %v", err)
+	}
+
+	// Root squash: root of the squashed node is nobody.
+	cr, err := cl.IssueCreds(nil, pki.RoleClient, "squashed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq, err := client.New(ctx, client.Options{MDS: cl.MDSAddr(), Creds: cr, User: &client.User{UID: 0, GID: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	if _, err := sq.Lookup(ctx, priv.GetIno(), "x"); !errors.Is(err, errs.ErrPermission) {
+		t.Errorf("squashed root lookup in a 0700 directory: %v", err)
+	}
+	if r, err := sq.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()}); err != nil || len(r.GetCaps()) != 0 {
+		t.Errorf("squashed root got %d capabilities for a 0600 file (err %v)", len(r.GetCaps()), err)
+	}
+	if _, err := sq.MDS().Mkdir(ctx, &mdspb.CreateRequest{Parent: client.RootIno, Name: []byte("x"), Mode: 0o755}); !errors.Is(err, errs.ErrPermission) {
+		t.Errorf("squashed root mkdir in a 0755 root directory: %v", err)
+	}
+	// Root of a trusted node may.
+	if _, err := root.Lookup(ctx, priv.GetIno(), "x"); !errors.Is(err, errs.ErrNotFound) {
+		t.Errorf("root lookup in a 0700 directory: %v", err)
+	}
+}
+
+func metadataCap(ctx context.Context, tok []byte) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, capability.MetadataKey, string(tok))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
+
+// smallLayout is RS 2+1 with 4 KiB cells: three OSTs, small chunks.
+func smallLayout() layout.Layout { return layout.Layout{K: 2, M: 1, Unit: 4096} }
