@@ -19,7 +19,7 @@ deps:
 
 test: deps
 	$(GO) vet $(PKGS)
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 40m $(PKGS)
 
 # test-short skips the end-to-end tests that start clusters and mounts.
 test-short:
