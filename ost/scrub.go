@@ -30,8 +30,16 @@ import (
 const (
 	DefaultScrubRate      = 4 << 20   // bytes/s, background
 	DefaultAdminScrubRate = 256 << 20 // bytes/s, an admin pass
-	scrubPiece            = 1 << 20   // bytes read (and verified) at a time
-	scrubReportTimeout    = 10 * time.Second
+	// DefaultScrubPassInterval is the pause between two background
+	// passes when ScrubOptions.PassInterval is 0.
+	DefaultScrubPassInterval = time.Minute
+	// scrubShardPause is the least time the background scan spends on
+	// one of the 256 shard directories, listing included, so that a pass
+	// over a nearly empty store is not a busy loop of directory listings
+	// (it took both cores of a 2-core machine with 6 OSTs).
+	scrubShardPause    = 20 * time.Millisecond
+	scrubPiece         = 1 << 20 // bytes read (and verified) at a time
+	scrubReportTimeout = 10 * time.Second
 )
 
 // ScrubOptions configure the scrubber (Options.Scrub).
@@ -43,7 +51,8 @@ type ScrubOptions struct {
 	// AdminRate is the speed of a pass started by the Scrub RPC without a
 	// rate of its own: 0 means DefaultAdminScrubRate.
 	AdminRate int64
-	// PassInterval is the pause between two background passes (0: none).
+	// PassInterval is the pause between two background passes: 0 means
+	// DefaultScrubPassInterval, a negative value none.
 	PassInterval time.Duration
 }
 
@@ -116,6 +125,10 @@ func (s *Server) scrubLoop(ctx context.Context, cli mdspb.MdsClient) {
 	if bgRate == 0 {
 		bgRate = DefaultScrubRate
 	}
+	passInterval := o.PassInterval
+	if passInterval == 0 {
+		passInterval = DefaultScrubPassInterval
+	}
 	sc := &s.scrub
 	for {
 		select {
@@ -141,6 +154,7 @@ func (s *Server) scrubLoop(ctx context.Context, cli mdspb.MdsClient) {
 		sc.mu.bgNext = (shard + 1) % fanout
 		sc.mu.Unlock()
 		p := newPacer(bgRate)
+		shardDone := time.After(scrubShardPause)
 		ents, err := s.st.listShard(shard)
 		if err != nil {
 			s.log.Warn("scrub: list shard", "shard", shard, "err", err)
@@ -161,14 +175,16 @@ func (s *Server) scrubLoop(ctx context.Context, cli mdspb.MdsClient) {
 			}
 		}
 		s.reportCorrupt(ctx, cli)
-		if shard == fanout-1 && o.PassInterval > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case rate := <-sc.kick:
-				s.adminScrub(ctx, cli, rate)
-			case <-time.After(o.PassInterval):
-			}
+		pause := shardDone
+		if shard == fanout-1 && passInterval > 0 {
+			pause = time.After(passInterval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case rate := <-sc.kick:
+			s.adminScrub(ctx, cli, rate)
+		case <-pause:
 		}
 	}
 }
