@@ -414,7 +414,7 @@ func TestAdminBackgroundScrub(t *testing.T) {
 	cl := cluster.Start(t, cluster.Options{
 		OSTs: 6, Layout: adminLayout,
 		Admin: mds.AdminOptions{Interval: 100 * time.Millisecond, RepairAfter: -1},
-		Scrub: ost.ScrubOptions{Rate: 64 << 20},
+		Scrub: ost.ScrubOptions{Rate: 64 << 20, PassInterval: 100 * time.Millisecond},
 	})
 	c := cl.Client()
 	ds := writeDataset(t, c, "/b", 4, 2<<20, 4)
