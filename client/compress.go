@@ -194,15 +194,62 @@ func (c *Client) readBlockPooled(ctx context.Context, ext *mdspb.Extent, b int64
 	return out, nil
 }
 
-// blocksInFlight bounds the blocks one read of a compressed extent
-// fetches and decodes at once.
-const blocksInFlight = 8
+// Large reads of a compressed extent fetch their blocks in runs: the
+// stored bytes of consecutive blocks, up to runBytes, in one readExact
+// (one chunk read per cell piece), then decoded block by block; up to
+// runsInFlight runs of one read are fetched and decoded at once, so that
+// the fetch of one run overlaps the decoding of another. Fetching block
+// by block cost one or two chunk reads of well under a cell per block.
+const (
+	runBytes     = 4 << 20
+	runsInFlight = 4
+)
+
+// run is a run of blocks [b0, b1) of one read, fetched together.
+type run struct{ b0, b1 int }
+
+// runsOf cuts blocks [b0, b1) of x into runs: at least min(blocks,
+// runsInFlight) of them for a pipeline, each at most runBytes stored
+// (or one block). cached reports blocks the caller takes from elsewhere:
+// they end a run and are left out.
+func runsOf(x *compress.Index, b0, b1 int, cached func(b int) bool) []run {
+	_, total := x.StoredRange(b0, b1)
+	limit := min(int64(runBytes), max(total/runsInFlight, 1))
+	var out []run
+	cur := run{b0, b0}
+	var n int64
+	flush := func() {
+		if cur.b1 > cur.b0 {
+			out = append(out, cur)
+		}
+	}
+	for b := b0; b < b1; b++ {
+		if cached(b) {
+			flush()
+			cur, n = run{b + 1, b + 1}, 0
+			continue
+		}
+		l := x.Blocks[b].Len
+		if cur.b1 > cur.b0 && n+l > limit {
+			flush()
+			cur, n = run{b, b}, 0
+		}
+		cur.b1, n = b+1, n+l
+	}
+	flush()
+	return out
+}
 
 // readCompressed reads logical bytes [eoff, eoff+len(dst)) of compressed
-// extent ext: every block it touches is fetched and decoded in its own
-// goroutine (up to blocksInFlight at once), whole blocks straight into
-// dst, so that the decoding of one block overlaps the fetches of others.
-func (c *Client) readCompressed(ctx context.Context, ext *mdspb.Extent, eoff int64, dst []byte) error {
+// extent ext: its blocks are fetched in runs (runsOf), up to runsInFlight
+// at once, and decoded as each run arrives, whole blocks straight into
+// dst. With the file's row cache (rc; nil for reads without a File),
+// blocks that the cache holds or is fetching (read-ahead after a small
+// read, or another read) are copied from there instead of being fetched
+// and decoded twice, and the blocks this read needs only part of (the
+// first and last, which the neighbouring reads of a sequential reader
+// need the rest of) are decoded into the cache for them.
+func (c *Client) readCompressed(ctx context.Context, ext *mdspb.Extent, eoff int64, dst []byte, rc *rowCache) error {
 	x, err := indexOf(ext)
 	if err != nil {
 		return err
@@ -212,36 +259,147 @@ func (c *Client) readCompressed(ctx context.Context, ext *mdspb.Extent, eoff int
 		return fmt.Errorf("extent %d: %w", ext.GetId(), err)
 	}
 	end := eoff + int64(len(dst))
-	errsByBlock := make([]error, b1-b0)
+	// part returns the part of dst that block b fills and where it lies
+	// in the block.
+	part := func(b int) (d []byte, s, e int64, whole bool) {
+		bs := int64(b) * x.BlockSize
+		blen := x.BlockLen(b)
+		s, e = max(bs, eoff), min(bs+blen, end)
+		return dst[s-eoff : e-eoff], s - bs, e - bs, s == bs && e == bs+blen
+	}
+	var cached, owned map[int]*rowEntry
+	if rc != nil {
+		cached, owned = map[int]*rowEntry{}, map[int]*rowEntry{}
+		for b := b0; b < b1; b++ {
+			_, _, _, whole := part(b)
+			if e, mine := rc.lookupOrClaim(c, ext, int64(b), !whole); mine {
+				owned[b] = e
+			} else if e != nil {
+				cached[b] = e
+			}
+		}
+	}
+	runs := runsOf(x, b0, b1, func(b int) bool { return cached[b] != nil })
+	errsByRun := make([]error, len(runs)+1)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, blocksInFlight)
-	for b := b0; b < b1; b++ {
+	sem := make(chan struct{}, runsInFlight)
+	for i, r := range runs {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			bs := int64(b) * x.BlockSize
-			blen := x.BlockLen(b)
-			s, e := max(bs, eoff), min(bs+blen, end)
-			if s == bs && e == bs+blen {
-				errsByBlock[b-b0] = c.readBlock(ctx, ext, x, b, dst[s-eoff:e-eoff])
-				return
-			}
-			tmp := c.bufs.Get(int(blen))
-			defer c.bufs.Put(tmp)
-			if err := c.readBlock(ctx, ext, x, b, tmp); err != nil {
-				errsByBlock[b-b0] = err
-				return
-			}
-			copy(dst[s-eoff:e-eoff], tmp[s-bs:e-bs])
+			errsByRun[i] = c.readRun(ctx, ext, x, r, part, rc, owned)
 		})
 	}
+	// Cached blocks: wait for each and copy, while the runs proceed. A
+	// cached fetch that failed is read again here.
+	var cachedErr error
+	for b, ce := range cached {
+		data, err := rc.wait(ctx, ce)
+		d, s, e, whole := part(b)
+		switch {
+		case err == nil && int64(len(data)) == x.BlockLen(b):
+			copy(d, data[s:e])
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case whole:
+			err = c.readBlock(ctx, ext, x, b, d)
+		default:
+			tmp := c.bufs.Get(int(x.BlockLen(b)))
+			if err = c.readBlock(ctx, ext, x, b, tmp); err == nil {
+				copy(d, tmp[s:e])
+			}
+			c.bufs.Put(tmp)
+		}
+		if err != nil && cachedErr == nil {
+			cachedErr = err
+		}
+		rc.release(ce)
+	}
 	wg.Wait()
-	for _, err := range errsByBlock {
+	errsByRun[len(runs)] = cachedErr
+	for _, err := range errsByRun {
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// readRun fetches the stored bytes of blocks [r.b0, r.b1) of ext in one
+// read and decodes them into their parts of the read (part). Blocks in
+// owned are decoded into pool buffers and published to the row cache rc
+// (every one of them, with the error when the run fails).
+func (c *Client) readRun(ctx context.Context, ext *mdspb.Extent, x *compress.Index, r run,
+	part func(b int) (d []byte, s, e int64, whole bool), rc *rowCache, owned map[int]*rowEntry) (err error) {
+	next := r.b0 // the first block not yet done
+	defer func() {
+		for b := next; b < r.b1; b++ {
+			if e := owned[b]; e != nil {
+				rc.publish(ext, int64(b), e, nil, fmt.Errorf("extent %d block %d: the read that fetched it failed: %w", ext.GetId(), b, cmpOr(err, errs.ErrUnavailable)))
+			}
+		}
+	}()
+	base, n := x.StoredRange(r.b0, r.b1)
+	src := c.bufs.Get(int(n))
+	defer c.bufs.Put(src)
+	if err := c.readExact(ctx, ext, base, src); err != nil {
+		return err
+	}
+	var tmp []byte
+	defer func() {
+		if tmp != nil {
+			c.bufs.Put(tmp)
+		}
+	}()
+	for ; next < r.b1; next++ {
+		b := next
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := x.Blocks[b]
+		in := src[k.Off-base : k.Off-base+k.Len]
+		d, s, e, whole := part(b)
+		if oe := owned[b]; oe != nil {
+			out := c.bufs.Get(int(x.BlockLen(b)))
+			err := x.DecodeBlock(out, in, b)
+			if err == nil {
+				copy(d, out[s:e])
+			} else {
+				c.bufs.Put(out)
+				out = nil
+				c.metrics.chunkErrors.WithLabelValues("decode").Inc()
+				err = fmt.Errorf("extent %d: %w", ext.GetId(), err)
+			}
+			rc.publish(ext, int64(b), oe, out, err)
+			if err != nil {
+				next++
+				return err
+			}
+			continue
+		}
+		out := d
+		if !whole {
+			if tmp == nil {
+				tmp = c.bufs.Get(int(x.BlockSize))
+			}
+			out = tmp[:x.BlockLen(b)]
+		}
+		if err := x.DecodeBlock(out, in, b); err != nil {
+			c.metrics.chunkErrors.WithLabelValues("decode").Inc()
+			return fmt.Errorf("extent %d: %w", ext.GetId(), err)
+		}
+		if !whole {
+			copy(d, out[s:e])
+		}
+	}
+	return nil
+}
+
+func cmpOr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
 }
 
 // readCompressedCached reads logical bytes of compressed extent ext
@@ -285,20 +443,83 @@ func (f *File) readCompressedCached(ctx context.Context, ext *mdspb.Extent, eoff
 // once (a checkpoint restore has 4 per file) would overflow the cache.
 const bigRead = 4 * compress.DefaultBlockSize
 
-// readCompressed is File.ReadAt's read of a compressed extent: small
-// sequential reads go through the row cache and read ahead, random and
-// large reads fetch and decode their blocks themselves.
-func (f *File) readCompressed(ctx context.Context, ext *mdspb.Extent, eoff int64, dst []byte, seq bool) error {
-	big := len(dst) >= bigRead
+// readCompressed is File.ReadAt's read of a compressed extent (dst: the
+// part of a read of n bytes in all that lies in ext): small sequential
+// reads go through the row cache and read ahead, random and large reads
+// fetch and decode their blocks themselves. The size that decides is the
+// whole read's, so that the part of a large read on either side of an
+// extent boundary is large too.
+func (f *File) readCompressed(ctx context.Context, ext *mdspb.Extent, eoff int64, dst []byte, seq bool, n int) error {
+	big := n >= bigRead
 	f.comp.bigReads.Store(big)
 	if seq && !big {
 		return f.readCompressedCached(ctx, ext, eoff, dst)
 	}
-	return f.c.readCompressed(ctx, ext, eoff, dst)
+	return f.c.readCompressed(ctx, ext, eoff, dst, &f.rows)
+}
+
+// lookupOrClaim returns the entry of block (row) b of ext with a
+// reference for the caller (give it back with release), or nil when the
+// cache neither holds nor fetches it. With claim, an absent block gets an
+// entry in flight that the caller owns instead (mine): it must publish
+// it, and others wait for that.
+func (rc *rowCache) lookupOrClaim(c *Client, ext *mdspb.Extent, b int64, claim bool) (e *rowEntry, mine bool) {
+	k := rowKey{ext.GetId(), b}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.mu.tick++
+	if e, ok := rc.mu.m[k]; ok {
+		e.used = rc.mu.tick
+		e.refs++
+		return e, false
+	}
+	if !claim {
+		return nil, false
+	}
+	e = &rowEntry{done: make(chan struct{}), used: rc.mu.tick, refs: 2, pool: c.bufs} // the cache's and the owner's
+	rc.mu.m[k] = e
+	rc.evictLocked()
+	return e, true
+}
+
+// publish completes an entry that lookupOrClaim gave its caller to own:
+// data (a buffer of the client's pool, nil on error) or err. It drops the
+// owner's reference.
+func (rc *rowCache) publish(ext *mdspb.Extent, b int64, e *rowEntry, data []byte, err error) {
+	k := rowKey{ext.GetId(), b}
+	rc.mu.Lock()
+	e.data, e.err = data, err
+	if err != nil && rc.mu.m[k] == e {
+		delete(rc.mu.m, k)
+		rc.unrefLocked(e)
+	}
+	rc.unrefLocked(e)
+	rc.mu.Unlock()
+	close(e.done)
+}
+
+// wait waits for e's fetch and returns its data (valid until release).
+func (rc *rowCache) wait(ctx context.Context, e *rowEntry) ([]byte, error) {
+	select {
+	case <-e.done:
+		return e.data, e.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// release gives back a reference taken by lookup.
+func (rc *rowCache) release(e *rowEntry) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.unrefLocked(e)
 }
 
 // prefetchCompressed starts fetching the blocks of compressed extent ext
-// that hold logical bytes [eoff, eoff+n), at most half the row cache.
+// that hold logical bytes [eoff, eoff+n), up to half the row cache in
+// flight: read-ahead is called once per extent of the range ahead, and
+// blocks fetched beyond what the cache keeps would be evicted unread,
+// fetched and decoded for nothing.
 func (f *File) prefetchCompressed(ext *mdspb.Extent, eoff, n int64) {
 	if f.comp.bigReads.Load() {
 		return
@@ -311,10 +532,25 @@ func (f *File) prefetchCompressed(ext *mdspb.Extent, eoff, n int64) {
 	if err != nil {
 		return
 	}
-	b1 = min(b1, b0+max(1, f.c.opts.ReadCacheRows/2))
+	b1 = min(b1, b0+max(1, f.c.opts.ReadCacheRows/2)-f.rows.inFlight())
 	for b := b0; b < b1; b++ {
 		f.rows.prefetch(f.ctx, f.c, ext, int64(b))
 	}
+}
+
+// inFlight is the number of entries of the cache still being fetched.
+func (rc *rowCache) inFlight() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := 0
+	for _, e := range rc.mu.m {
+		select {
+		case <-e.done:
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // StoredBytes returns the number of file bytes of [off, off+n) that lie

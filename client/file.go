@@ -473,7 +473,7 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		dst := buf[s-off : e-off]
 		eg.Go(func() error {
 			if compressed(r.GetExtent()) { // compress.go
-				return f.readCompressed(ctx, r.GetExtent(), eoff, dst, seq)
+				return f.readCompressed(ctx, r.GetExtent(), eoff, dst, seq, n)
 			}
 			if seq {
 				return f.readRowsCached(ctx, r.GetExtent(), eoff, dst)

@@ -16,7 +16,7 @@ import (
 // fetched and decoded (compress.go).
 func (c *Client) ReadExtent(ctx context.Context, ext *mdspb.Extent, off int64, buf []byte) error {
 	if compressed(ext) {
-		return c.readCompressed(ctx, ext, off, buf)
+		return c.readCompressed(ctx, ext, off, buf, nil)
 	}
 	return c.readExact(ctx, ext, off, buf)
 }

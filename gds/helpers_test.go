@@ -22,7 +22,7 @@ type testCluster struct {
 	cl *client.Client
 }
 
-func startCluster(t *testing.T, lo layout.Layout, osts, extentRows int) *testCluster {
+func startCluster(t testing.TB, lo layout.Layout, osts, extentRows int) *testCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("SKIP (-short): starts a cluster")
@@ -41,7 +41,7 @@ func (c *testCluster) ostDirs(n int) []string {
 }
 
 // localOSTs maps the first n OSTs' ids to their directories.
-func (c *testCluster) localOSTs(t *testing.T, n int) map[uint32]string {
+func (c *testCluster) localOSTs(t testing.TB, n int) map[uint32]string {
 	t.Helper()
 	m, err := DiscoverLocalOSTs(c.ostDirs(n))
 	if err != nil {
@@ -87,7 +87,7 @@ func randBytes(seed uint64, n int) []byte {
 	return b
 }
 
-func newTestReader(t *testing.T, c *testCluster, dev *Device, o Options) *Reader {
+func newTestReader(t testing.TB, c *testCluster, dev *Device, o Options) *Reader {
 	t.Helper()
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()

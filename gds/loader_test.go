@@ -217,3 +217,117 @@ func TestRestoreCheckpoint(t *testing.T) {
 		t.Fatalf("missing shard: %v", err)
 	}
 }
+
+// TestRestoreCheckpointParallel: a step of 6 shards restored one shard at
+// a time and 4 at a time (the default) gives the same bytes, the same
+// tensors and the same byte counts by path; a missing shard is refused
+// before anything is read.
+func TestRestoreCheckpointParallel(t *testing.T) {
+	lo := layout.Layout{K: 4, M: 2, Unit: 64 << 10}
+	c := startCluster(t, lo, 6, 4)
+	ctx := context.Background()
+	store, err := ckpt.New(c.cl, ckpt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	shards, want := multiShardStep(6, 3, 200000)
+	if _, err := store.Save(ctx, "job", 7, shards); err != nil {
+		t.Fatal(err)
+	}
+	dev := OpenHost(HostOptions{})
+	defer dev.Close()
+	r := newTestReader(t, c, dev, Options{LocalOSTs: c.localOSTs(t, 3)})
+	var reports []Report
+	for _, par := range []int{1, 0} {
+		rc, err := r.RestoreCheckpoint(ctx, store, "job", 7, CheckpointOptions{Parallelism: par, VerifyDigests: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rc.Shards) != len(shards) {
+			t.Fatalf("parallelism %d: %d shards restored", par, len(rc.Shards))
+		}
+		for name, s := range rc.Shards {
+			for _, tn := range s.Tensors {
+				mustEqual(t, fmt.Sprintf("parallelism %d: %s/%s", par, name, tn.Name), readBack(t, s.Buf, tn.Offset, tn.Size), want[name+"/"+tn.Name])
+			}
+		}
+		reports = append(reports, rc.Report)
+		if err := rc.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := reports[0], reports[1]
+	if a.Bytes != b.Bytes || a.Local != b.Local || a.Remote != b.Remote || a.Paths != b.Paths {
+		t.Fatalf("one at a time: %+v; in parallel: %+v", a, b)
+	}
+	if _, err := r.RestoreCheckpoint(ctx, store, "job", 7, CheckpointOptions{Shards: []string{"rank0.safetensors", "nope"}}); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("missing shard: %v", err)
+	}
+}
+
+// multiShardStep makes n shards of per tensors of elems BF16 elements of
+// random bytes, and the bytes by "shard/tensor".
+func multiShardStep(n, per int, elems int64) ([]ckpt.Shard, map[string][]byte) {
+	var shards []ckpt.Shard
+	want := map[string][]byte{}
+	for rank := range n {
+		sh := ckpt.Shard{Name: fmt.Sprintf("rank%d.safetensors", rank)}
+		for i := range per {
+			name := fmt.Sprintf("t%d", i)
+			d := randBytes(uint64(rank*100+i), int(elems*2))
+			sh.Tensors = append(sh.Tensors, ckpt.Tensor{Name: name, DType: safetensors.BF16, Shape: []int64{elems}, Data: d})
+			want[sh.Name+"/"+name] = d
+		}
+		shards = append(shards, sh)
+	}
+	return shards, want
+}
+
+// BenchmarkRestoreCheckpoint restores a step on the host backend, one
+// shard at a time and DefaultShardParallelism at once: 8 shards of 16
+// MiB and 32 shards of 1 MiB (where each shard's open, extent map and
+// header round trips weigh more), all through the network (no local
+// OSTs) and with every OST local:
+//
+//	go test ./gds -run '^$' -bench RestoreCheckpoint -benchtime 5x
+func BenchmarkRestoreCheckpoint(b *testing.B) {
+	c := startCluster(b, layout.Default, 6, 0)
+	ctx := context.Background()
+	store, err := ckpt.New(c.cl, ckpt.Options{NoCompression: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	dev := OpenHost(HostOptions{})
+	defer dev.Close()
+	for _, step := range []struct {
+		shards, per int
+		elems       int64
+	}{{8, 4, 2 << 20}, {32, 1, 512 << 10}} {
+		shards, _ := multiShardStep(step.shards, step.per, step.elems)
+		stepNo := int64(step.shards)
+		if _, err := store.Save(ctx, "job", stepNo, shards); err != nil {
+			b.Fatal(err)
+		}
+		for _, local := range []int{0, 6} {
+			o := Options{}
+			if local > 0 {
+				o.LocalOSTs = c.localOSTs(b, local)
+			}
+			r := newTestReader(b, c, dev, o)
+			for _, par := range []int{1, DefaultShardParallelism} {
+				b.Run(fmt.Sprintf("%dx%dMiB/local%d/par%d", step.shards, int64(step.per)*step.elems*2>>20, local, par), func(b *testing.B) {
+					b.SetBytes(int64(step.shards*step.per) * step.elems * 2)
+					for b.Loop() {
+						rc, err := r.RestoreCheckpoint(ctx, store, "job", stepNo, CheckpointOptions{Parallelism: par})
+						if err != nil {
+							b.Fatal(err)
+						}
+						rc.Free()
+					}
+				})
+			}
+		}
+	}
+}
