@@ -46,6 +46,10 @@ type RaftOptions struct {
 	// default 5000.
 	SnapshotEntries uint64
 	KeepEntries     uint64
+	// DialAddr, when set, maps a member's address to the one this member
+	// dials it at: tests put a proxy between each pair of members
+	// (test/cluster, partitions). nil dials members at their addresses.
+	DialAddr func(addr string) string
 }
 
 func (o *RaftOptions) withDefaults() (RaftOptions, error) {
@@ -67,6 +71,10 @@ func (o *RaftOptions) withDefaults() (RaftOptions, error) {
 	}
 	if c.ElectionTicks <= 0 {
 		c.ElectionTicks = 10
+	}
+	if c.ElectionTicks < 4 {
+		// The read lease lasts ElectionTicks-2 ticks (renewLease).
+		return c, fmt.Errorf("mds: Raft.ElectionTicks %d: want 4 or more: %w", c.ElectionTicks, errs.ErrInvalid)
 	}
 	if c.HeartbeatTicks <= 0 {
 		c.HeartbeatTicks = 1
@@ -107,6 +115,7 @@ type replica struct {
 	node  raft.Node
 	store *raftLog
 	net   *peerNet
+	m     *raftMetrics
 
 	stop          chan struct{}
 	done          chan struct{}
@@ -117,6 +126,8 @@ type replica struct {
 	confState    *rpb.ConfState
 	snapIndex    uint64 // index of the last compaction
 	lastHardTerm uint64
+	leaseReqs    map[uint64]leaseReq // ReadIndex token -> when and in which term it was sent
+	leaseToken   uint64
 
 	mu struct {
 		sync.Mutex
@@ -133,10 +144,18 @@ type replica struct {
 		servingTerm uint64
 		formatted   bool            // the applied state has a format version
 		termCtx     context.Context // canceled when the term it serves ends
-		termCancel  context.CancelFunc
-		waiters     map[uint64]chan error // proposal id -> outcome
-		nextProp    uint64
-		pending     []pendingProp // proposed in servingTerm, not applied yet, in order
+		// leaseUntil: the serving leader answers calls until then
+		// (renewLease); leaseHold: a leadership transfer is under way,
+		// the lease is not renewed.
+		leaseUntil time.Time
+		leaseHold  bool
+		leaseWait  chan struct{} // closed and replaced when the lease is renewed
+		servingAt  time.Time     // when serving last began
+		applyWait  chan struct{} // closed and replaced when entries are applied or pending dropped
+		termCancel context.CancelFunc
+		waiters    map[uint64]chan error // proposal id -> outcome
+		nextProp   uint64
+		pending    []pendingProp // proposed in servingTerm, not applied yet, in order
 	}
 
 	// ov is the overlay batch: an indexed batch on the database holding
@@ -147,6 +166,12 @@ type replica struct {
 
 	closeOnce sync.Once // close runs once: Halt, then Server.Close
 	closeErr  error
+}
+
+// leaseReq is a ReadIndex request made to renew the lease.
+type leaseReq struct {
+	sent time.Time
+	term uint64
 }
 
 type pendingProp struct {
@@ -193,11 +218,22 @@ func (r raftLogger) WithContext(string) raft.Logger { return r }
 
 // startReplica opens the Raft log and starts the node and its loop. The
 // state machine (s.db) is open; its applied index says where to resume.
-func (s *Server) startReplica(o RaftOptions) error {
+func (s *Server) startReplica(o RaftOptions) (err error) {
 	r := &replica{s: s, o: o, log: s.log.With("member", o.ID), stop: make(chan struct{}), done: make(chan struct{})}
 	r.ctx, r.stopCtxCancel = context.WithCancel(context.Background())
+	if r.m, err = newRaftMetrics(s.o.Registry, r); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			r.m.unregister()
+		}
+	}()
 	r.mu.members = map[uint64]string{}
 	r.mu.waiters = map[uint64]chan error{}
+	r.mu.leaseWait = make(chan struct{})
+	r.mu.applyWait = make(chan struct{})
+	r.leaseReqs = map[uint64]leaseReq{}
 	store, fresh, err := openRaftLog(s.o.FS, s.o.Dir, pebbleLogger{s.log})
 	if err != nil {
 		return err
@@ -241,6 +277,10 @@ func (s *Server) startReplica(o RaftOptions) error {
 			store.close()
 			return err
 		}
+		if err := store.raiseCommit(r.mu.applied); err != nil {
+			store.close()
+			return err
+		}
 	}
 	cfg := &raft.Config{
 		ID:                        o.ID,
@@ -254,7 +294,10 @@ func (s *Server) startReplica(o RaftOptions) error {
 		MaxInflightMsgs:           256,
 		CheckQuorum:               true,
 		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlyLeaseBased,
+		// ReadIndex requests are confirmed by a heartbeat round: the
+		// loop makes one every tick to renew the leader's read lease
+		// (renewLease); calls never wait for one.
+		ReadOnlyOption:            raft.ReadOnlySafe,
 		DisableProposalForwarding: true,
 		// A leader removed from the group steps down at once; without
 		// this it would go on sending heartbeats, and the others would
@@ -338,6 +381,7 @@ func (r *replica) run() {
 			return
 		case <-t.C:
 			r.node.Tick()
+			r.renewLease()
 		case rd := <-r.node.Ready():
 			if err := r.handle(rd); err != nil {
 				// A member that cannot persist or apply must stop: its
@@ -361,9 +405,12 @@ func (r *replica) handle(rd raft.Ready) error {
 	}
 	if rd.SoftState != nil {
 		r.mu.Lock()
-		was := r.mu.role
+		was, wasLead := r.mu.role, r.mu.leader
 		r.mu.role, r.mu.leader = rd.SoftState.RaftState, rd.SoftState.Lead
 		r.mu.Unlock()
+		if wasLead != rd.SoftState.Lead {
+			r.m.leaderChanges.Inc()
+		}
 		if was != rd.SoftState.RaftState {
 			r.log.Info("mds raft role", "role", rd.SoftState.RaftState.String(), "leader", rd.SoftState.Lead)
 		}
@@ -376,24 +423,83 @@ func (r *replica) handle(rd raft.Ready) error {
 	if lost {
 		r.stepDown()
 	}
+	r.extendLease(rd.ReadStates)
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		if err := r.installSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
 	}
-	if err := r.store.save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
+	// A leader sends its messages (appends to the followers) before it
+	// writes the same entries to its own log, so that its fsync and
+	// theirs overlap (Raft thesis 10.2.1; etcd's server does the same):
+	// an entry still commits only once a quorum has it durably, and the
+	// leader counts itself only after the Ready is persisted (Advance).
+	// Any other member persists first (its votes and acknowledgements
+	// promise what is on its disk).
+	r.mu.Lock()
+	leader := r.mu.role == raft.StateLeader
+	r.mu.Unlock()
+	if leader {
+		r.freshenSnapshots(rd.Messages)
+		r.net.send(rd.Messages)
+	}
+	// Committed entries that an earlier Ready persisted here (below
+	// this Ready's first new entry: on the leader, all of them) are
+	// applied, and their callers answered, before this Ready's new
+	// entries are synced rather than one fsync later. A crash after the
+	// apply and before the save may leave the state machine past the
+	// log's persisted commit index: raiseCommit mends it at the start.
+	// The rest (a follower told of the commit of entries it receives in
+	// the same Ready) are applied after the save, and with a snapshot
+	// the order stays: install, persist, apply.
+	hasSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
+	ce, later := rd.CommittedEntries, []*rpb.Entry(nil)
+	if hasSnap {
+		ce, later = nil, ce
+	} else if len(rd.Entries) > 0 {
+		first := rd.Entries[0].GetIndex()
+		i := 0
+		for i < len(ce) && ce[i].GetIndex() < first {
+			i++
+		}
+		ce, later = ce[:i], ce[i:]
+	}
+	if err := r.apply(ce); err != nil {
 		return err
+	}
+	t0 := time.Now()
+	synced, err := r.store.save(rd.HardState, rd.Entries, rd.Snapshot)
+	if err != nil {
+		return err
+	}
+	if synced {
+		r.m.logSyncSeconds.Observe(time.Since(t0).Seconds())
 	}
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		r.confState = proto.Clone(rpb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*rpb.ConfState)
 		r.snapIndex = rd.Snapshot.GetMetadata().GetIndex()
 	}
-	r.freshenSnapshots(rd.Messages)
-	r.net.send(rd.Messages)
-	if err := r.applyEntries(rd.CommittedEntries); err != nil {
+	if !leader {
+		r.freshenSnapshots(rd.Messages)
+		r.net.send(rd.Messages)
+	}
+	if err := r.apply(later); err != nil {
 		return err
 	}
 	return r.maybeCompact()
+}
+
+// apply applies committed entries, timed.
+func (r *replica) apply(ents []*rpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	if err := r.applyEntries(ents); err != nil {
+		return err
+	}
+	r.m.applySeconds.Observe(time.Since(t0).Seconds())
+	return nil
 }
 
 // freshenSnapshots moves every outgoing snapshot message to this
@@ -439,15 +545,48 @@ func (r *replica) stepDown() {
 		return
 	}
 	r.log.Info("mds raft leader stops serving", "term", r.mu.servingTerm)
-	r.mu.serving = false
+	r.mu.serving = false // check refuses calls: the lease no longer counts
 	for id, w := range r.mu.waiters {
 		w <- r.notLeaderLocked()
 		delete(r.mu.waiters, id)
 	}
 	r.mu.pending = nil
+	r.appliedLocked()
 	if r.ov != nil {
 		r.ov.Close()
 		r.ov = nil
+	}
+}
+
+// appliedLocked wakes the calls waiting for pending proposals
+// (waitPending). r.mu is held.
+func (r *replica) appliedLocked() {
+	close(r.mu.applyWait)
+	r.mu.applyWait = make(chan struct{})
+}
+
+// waitPending waits until every proposal of term up to id upTo is
+// applied; it fails with ErrNotLeader if the term ends first (one of
+// them may then never be applied).
+func (r *replica) waitPending(ctx context.Context, term, upTo uint64) error {
+	for {
+		r.mu.Lock()
+		if !r.mu.serving || r.mu.servingTerm != term {
+			err := r.notLeaderLocked()
+			r.mu.Unlock()
+			return err
+		}
+		done := len(r.mu.pending) == 0 || r.mu.pending[0].id > upTo
+		ch := r.mu.applyWait
+		r.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -475,6 +614,8 @@ func (r *replica) startServing(term uint64) error {
 		go r.formatReplicated()
 	}
 	r.mu.serving, r.mu.servingTerm = true, term
+	r.mu.leaseUntil, r.mu.leaseHold = time.Time{}, false
+	r.mu.servingAt = time.Now()
 	r.mu.termCtx, r.mu.termCancel = context.WithCancel(context.Background())
 	r.log.Info("mds raft leader serving", "term", term, "applied", r.mu.applied)
 	return nil
@@ -490,15 +631,113 @@ func (r *replica) notLeaderLocked() error {
 	return e
 }
 
-// serving reports whether this member takes calls now; if not, the error
-// to answer with.
+// check reports whether this member takes calls now; if not, the error
+// to answer with. A serving leader whose read lease has lapsed (a slow
+// heartbeat round) waits up to an election timeout for it to be renewed.
 func (r *replica) check() error {
+	deadline := time.Now().Add(time.Duration(r.o.ElectionTicks) * r.o.TickInterval)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mu.serving && r.mu.formatted {
-		return nil
+	for {
+		if !r.mu.serving || !r.mu.formatted {
+			return r.notLeaderLocked()
+		}
+		now := time.Now()
+		if !r.mu.leaseHold && now.Before(r.mu.leaseUntil) {
+			return nil
+		}
+		if now.After(deadline) {
+			return r.notLeaderLocked()
+		}
+		wait := r.mu.leaseWait
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-time.After(r.o.TickInterval):
+		}
+		r.mu.Lock()
 	}
-	return r.notLeaderLocked()
+}
+
+// The read lease. A serving leader answers every call, reads included,
+// from its applied state, which is linearizable only while no other
+// member can have been elected. CheckQuorum alone does not ensure it:
+// the leader checks its quorum once per election timeout, so it may go
+// on serving for up to two of them after it was cut off, while the
+// others can elect after one (TestRaftPartition saw 870 ms and 530 ms).
+// So the lease is explicit: every tick the loop makes a ReadIndex
+// request (ReadOnlySafe: confirmed by a heartbeat round that a quorum
+// answers); once confirmed, the lease runs to the time the request was
+// sent plus ElectionTicks-2 ticks. A follower that received that
+// heartbeat neither votes for another member nor campaigns for at least
+// ElectionTicks-1 ticks after it (CheckQuorum's in-lease rule, and its
+// election timeout), and a new leader needs one of them; the tick left
+// over covers a read that started just before the lease ended and the
+// tick granularity. Assumes clocks that tick at the same rate within
+// that margin (not synchronized clocks), as every lease does. A
+// leadership transfer (which bypasses the in-lease rule) drops the
+// lease first.
+
+// renewLease makes a ReadIndex request to renew the lease, on a serving
+// leader. Ready loop only.
+func (r *replica) renewLease() {
+	r.mu.Lock()
+	serving, term, hold := r.mu.serving, r.mu.servingTerm, r.mu.leaseHold
+	r.mu.Unlock()
+	now := time.Now()
+	for tok, q := range r.leaseReqs {
+		if now.Sub(q.sent) > time.Duration(2*r.o.ElectionTicks)*r.o.TickInterval {
+			delete(r.leaseReqs, tok)
+		}
+	}
+	if !serving || hold {
+		return
+	}
+	r.leaseToken++
+	r.leaseReqs[r.leaseToken] = leaseReq{sent: now, term: term}
+	ctx, cancel := context.WithTimeout(r.ctx, r.o.TickInterval)
+	defer cancel()
+	if err := r.node.ReadIndex(ctx, binary.BigEndian.AppendUint64(nil, r.leaseToken)); err != nil {
+		delete(r.leaseReqs, r.leaseToken)
+	}
+}
+
+// extendLease extends the lease by the ReadIndex requests a Ready
+// confirms. Ready loop only.
+func (r *replica) extendLease(rss []raft.ReadState) {
+	if len(rss) == 0 {
+		return
+	}
+	d := time.Duration(r.o.ElectionTicks-2) * r.o.TickInterval
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range rss {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		tok := binary.BigEndian.Uint64(rs.RequestCtx)
+		q, ok := r.leaseReqs[tok]
+		delete(r.leaseReqs, tok)
+		if !ok || !r.mu.serving || r.mu.leaseHold || q.term != r.mu.servingTerm || r.mu.term != q.term {
+			continue
+		}
+		if until := q.sent.Add(d); until.After(r.mu.leaseUntil) {
+			r.mu.leaseUntil = until
+			close(r.mu.leaseWait)
+			r.mu.leaseWait = make(chan struct{})
+		}
+	}
+}
+
+// holdLease drops the lease and stops renewing it (before a leadership
+// transfer), or lets it be renewed again.
+func (r *replica) holdLease(hold bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.leaseHold = hold
+	if hold {
+		r.mu.leaseUntil = time.Time{}
+	}
 }
 
 func (r *replica) stopCtx() context.Context { return r.ctx }
@@ -539,7 +778,25 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 				return rerr
 			}
 		}
+		// The txn wrote nothing, but what it found (EEXIST, ENOENT, a
+		// request applied already, nothing to change) may rest on
+		// proposals still pending in the overlay: answer only once they
+		// are applied, as if it had been proposed after them; if they
+		// may never be, the caller tries again (NOT_LEADER). Otherwise a
+		// caller could see a write that is then lost with the term, or
+		// see it before a read elsewhere does.
+		r.mu.Lock()
+		var upTo uint64
+		if n := len(r.mu.pending); n > 0 {
+			upTo = r.mu.pending[n-1].id
+		}
+		r.mu.Unlock()
 		s.mu.Unlock()
+		if upTo != 0 {
+			if werr := r.waitPending(ctx, term, upTo); werr != nil {
+				return werr
+			}
+		}
 		return err
 	}
 	repr := make([]byte, 12, 12+len(ov.Repr())-beforeLen)
@@ -553,7 +810,9 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 	r.mu.waiters[id] = w
 	r.mu.pending = append(r.mu.pending, pendingProp{id: id, repr: repr})
 	r.mu.Unlock()
+	r.m.proposals.Inc()
 	if err := r.node.Propose(termCtx, encodeEntry(term, id, repr)); err != nil {
+		r.m.proposalsFailed.Inc()
 		// Not appended: take it out of the overlay again.
 		r.mu.Lock()
 		delete(r.mu.waiters, id)
@@ -577,6 +836,9 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 	s.mu.Unlock()
 	select {
 	case err := <-w:
+		if err != nil {
+			r.m.proposalsFailed.Inc()
+		}
 		return err
 	case <-ctx.Done():
 		// The entry may still be applied; the caller's retry (same
@@ -636,6 +898,7 @@ func (r *replica) close() error {
 		}
 		r.s.mu.Unlock()
 		r.closeErr = r.store.close()
+		r.m.unregister()
 	})
 	return r.closeErr
 }
@@ -665,7 +928,10 @@ type MemberStatus struct {
 	// Serving: this member leads and takes calls (it applied every entry
 	// before its term).
 	Serving bool
-	Members map[uint64]string // id -> address, as of Applied
+	// ServingSince is when this member last began to serve as leader;
+	// LeaseUntil is when its read lease ends (or ended) unless renewed.
+	ServingSince, LeaseUntil time.Time
+	Members                  map[uint64]string // id -> address, as of Applied
 }
 
 // MemberStatus returns this member's status; ok is false for a single MDS.
@@ -678,6 +944,7 @@ func (s *Server) MemberStatus() (st MemberStatus, ok bool) {
 	defer r.mu.Unlock()
 	st = MemberStatus{ID: r.o.ID, Role: roleName(r.mu.role), Term: r.mu.term, Leader: r.mu.leader,
 		Applied: r.mu.applied, Commit: r.mu.commit, Serving: r.mu.serving && r.mu.formatted,
+		ServingSince: r.mu.servingAt, LeaseUntil: r.mu.leaseUntil,
 		Members: make(map[uint64]string, len(r.mu.members))}
 	for id, a := range r.mu.members {
 		st.Members[id] = a

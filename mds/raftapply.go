@@ -128,6 +128,7 @@ func (r *replica) applyEntries(ents []*rpb.Entry) error {
 	}
 	r.mu.Lock()
 	r.mu.applied, r.mu.appliedTerm = last, lastTerm
+	r.appliedLocked()
 	for _, o := range outs {
 		for i, p := range r.mu.pending {
 			if p.id == o.id {
@@ -359,6 +360,7 @@ func (r *replica) fetchSnapshot(addr string, want uint64) error {
 // sendSnapshot streams this member's state machine (a Pebble snapshot at
 // its applied index).
 func (r *replica) sendSnapshot(st peerpb.Peer_SnapshotServer) error {
+	r.m.snapshotSends.Inc()
 	// The applied index is read with the snapshot: both come from one
 	// Pebble snapshot.
 	snap := r.s.db.NewSnapshot()

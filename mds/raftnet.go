@@ -54,6 +54,9 @@ func (n *peerNet) client(addr string) (peerpb.PeerClient, error) {
 	if n.mu.closed {
 		return nil, fmt.Errorf("mds: closed: %w", errs.ErrUnavailable)
 	}
+	if f := n.r.o.DialAddr; f != nil && addr != "" {
+		addr = f(addr)
+	}
 	cc, ok := n.mu.conns[addr]
 	if !ok {
 		var err error
@@ -336,6 +339,10 @@ func (p *peerService) TransferLeader(ctx context.Context, req *peerpb.TransferLe
 		r.mu.Unlock()
 		return nil, wire.ToStatus(nl)
 	}
+	// The new leader is elected at once, without waiting out the
+	// others' in-lease time: this one stops answering calls first.
+	r.holdLease(true)
+	defer r.holdLease(false)
 	r.node.TransferLeadership(ctx, st.ID, req.GetTo())
 	for i := 0; i < 200; i++ {
 		if r.node.Status().Lead == req.GetTo() {

@@ -30,8 +30,12 @@ import (
 // raftSeeds returns the seeds of TestRaftStorm: 3 in CI, or
 // SHOAL_RAFT_SEEDS of them (make soak runs 20) from SHOAL_RAFT_SEED
 // (default 1).
-func raftSeeds(t *testing.T) []uint64 {
-	n, first := 3, uint64(1)
+func raftSeeds(t *testing.T) []uint64 { return raftSeedsN(t, 3) }
+
+// raftSeedsN returns ci seeds, or SHOAL_RAFT_SEEDS of them, from
+// SHOAL_RAFT_SEED (default 1).
+func raftSeedsN(t *testing.T, ci int) []uint64 {
+	n, first := ci, uint64(1)
 	if v := os.Getenv("SHOAL_RAFT_SEEDS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {

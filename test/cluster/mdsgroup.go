@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/internal/wire"
@@ -115,6 +117,9 @@ func (c *Cluster) openMember(m *MDSMember, b *wire.Server) error {
 	}
 	ro := c.opts.MDSRaft
 	ro.ID, ro.Peers, ro.Join = m.ID, peers, m.joined
+	if c.opts.MDSPeerProxy {
+		ro.DialAddr = c.peerDialAddr(m.ID)
+	}
 	lo := c.opts.Layout
 	s, err := mds.Open(c.ctx(), mds.Options{
 		Dir: m.Dir, Logger: c.log.With("proc", fmt.Sprintf("mds-%d", m.ID)),
@@ -127,6 +132,7 @@ func (c *Cluster) openMember(m *MDSMember, b *wire.Server) error {
 		Raft:             &ro,
 		Creds:            c.Creds(pki.RoleMDS),
 		Identity:         c.opts.Identity,
+		Registry:         c.memberRegistry(m.ID),
 	})
 	if err != nil {
 		b.Kill()
@@ -135,6 +141,15 @@ func (c *Cluster) openMember(m *MDSMember, b *wire.Server) error {
 	b.Serve(s.Register)
 	m.Server, m.srv = s, b
 	return nil
+}
+
+// memberRegistry is Options.Registry for member id, its series labelled
+// member="id"; nil without one.
+func (c *Cluster) memberRegistry(id uint64) prometheus.Registerer {
+	if c.opts.Registry == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"member": fmt.Sprint(id)}, c.opts.Registry)
 }
 
 // stopGroup stops every running member gracefully.
