@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/pki"
+	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -158,9 +160,11 @@ func (s *Server) PlanRebalance(ctx context.Context, req *mdspb.StartJobRequest) 
 	return out, nil
 }
 
-// ReportCorrupt queues chunks found bad (by an OST's scrubber, or a
-// client) for the worker, which rebuilds them from the other chunks of
-// their extent.
+// ReportCorrupt queues chunks found bad (by an OST's scrubber, fsck, or a
+// client's read path) for the worker, which rebuilds them from the other
+// chunks of their extent. A client's reports (from_client, and every
+// report made with a client certificate) are checked by reading the chunk
+// again before anything is rebuilt.
 func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequest) (_ *mdspb.Empty, err error) {
 	done, err := s.start("reportcorrupt")
 	if err != nil {
@@ -170,7 +174,13 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 	if len(req.GetChunks()) > 10000 {
 		return nil, fmt.Errorf("report of %d chunks (at most 10000): %w", len(req.GetChunks()), errs.ErrInvalid)
 	}
+	byClient := false
+	if id, ok := wire.PeerIdentity(ctx); ok && id.Role == pki.RoleClient {
+		byClient = true
+	}
+	var queued map[string]float64
 	err = s.update(func(t *txn) error {
+		queued = map[string]float64{} // by source; the function may run again
 		for _, b := range req.GetChunks() {
 			if b.GetExtent() == 0 {
 				return fmt.Errorf("bad chunk of extent 0: %w", errs.ErrInvalid)
@@ -178,6 +188,9 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 			rec := proto.Clone(b).(*mdspb.BadChunk)
 			if rec.Ost == 0 {
 				rec.Ost = req.GetOst()
+			}
+			if byClient {
+				rec.FromClient = true
 			}
 			if rec.ReportedNs == 0 {
 				rec.ReportedNs = t.now
@@ -189,6 +202,14 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 				continue // queued already
 			} else if !errors.Is(err, errs.ErrNotFound) {
 				return err
+			}
+			switch {
+			case req.GetOst() != 0:
+				queued[badFromOST]++
+			case rec.FromClient:
+				queued[badFromClient]++
+			default:
+				queued[badFromFsck]++
 			}
 			v, err := proto.Marshal(rec)
 			if err != nil {
@@ -202,6 +223,9 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 	})
 	if err != nil {
 		return nil, err
+	}
+	for src, n := range queued {
+		s.admin.met.badReported.WithLabelValues(src).Add(n)
 	}
 	s.log.Warn("corrupt chunks reported", "ost", req.GetOst(), "count", len(req.GetChunks()))
 	s.kickAdmin()

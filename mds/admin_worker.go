@@ -88,9 +88,30 @@ type AdminOptions struct {
 	// MaxPasses bounds the passes of one job that make no progress
 	// before it fails; default 5.
 	MaxPasses int
+	// Concurrency is how many extents of a batch the worker copies (or
+	// rebuilds) at once; default DefaultAdminConcurrency, at most
+	// MaxAdminConcurrency. The switch of a batch stays one transaction.
+	Concurrency int
+	// RebalanceBandwidth paces the bytes a rebalance job writes (bytes/s)
+	// when the job's request names no --max-bandwidth; 0: unpaced.
+	// Repair and drain are paced only by their request.
+	RebalanceBandwidth uint64
 }
 
-func (o *AdminOptions) setDefaults(gcGrace time.Duration) {
+// Limits and defaults of AdminOptions.
+const (
+	DefaultAdminConcurrency = 4
+	MaxAdminConcurrency     = 64
+)
+
+// setDefaults fills in the zero values and checks the others.
+func (o *AdminOptions) setDefaults(gcGrace time.Duration) error {
+	if o.Concurrency < 0 || o.Concurrency > MaxAdminConcurrency {
+		return fmt.Errorf("mds: Admin.Concurrency %d (0 for the default, at most %d): %w", o.Concurrency, MaxAdminConcurrency, errs.ErrInvalid)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultAdminConcurrency
+	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
@@ -109,15 +130,19 @@ func (o *AdminOptions) setDefaults(gcGrace time.Duration) {
 	if o.MaxPasses <= 0 {
 		o.MaxPasses = 5
 	}
+	return nil
 }
 
-// adminWorker is the worker's state. Everything but kick and mu is owned
-// by the worker goroutine.
+// adminWorker is the worker's state. Everything but kick, connMu, conns,
+// met and mu is owned by the worker goroutine (the copies of one batch run
+// on goroutines of their own, which touch only conns and met).
 type adminWorker struct {
 	kick chan struct{} // buffered(1): run a round now
 	done chan struct{} // closed when the worker stopped
+	met  *adminMetrics // set by newMetrics (admin_metrics.go)
 
-	started   time.Time // jobs wait a heartbeat timeout after Open, until OSTs reported
+	started   time.Time  // jobs wait a heartbeat timeout after Open, until OSTs reported
+	connMu    sync.Mutex // guards conns
 	conns     map[uint32]*ostConn
 	downSince map[uint32]time.Time // when the worker first saw an OST down
 	badRetry  map[string]time.Time // bad chunks whose repair failed: not before
@@ -169,6 +194,8 @@ func (s *Server) adminLoop(ctx context.Context) {
 	w := &s.admin
 	defer close(w.done)
 	defer func() {
+		w.connMu.Lock()
+		defer w.connMu.Unlock()
 		for id, c := range w.conns {
 			c.cc.Close()
 			delete(w.conns, id)
@@ -215,6 +242,7 @@ func (s *Server) adminRound(ctx context.Context) error {
 	note("retire", s.retireRound(ctx))
 	note("repair bad chunks", s.repairBad(ctx))
 	note("auto repair", s.autoRepair())
+	note("count degraded extents", s.countDegraded(false))
 	for _, kind := range []string{JobRepair, JobDrain, JobRebalance} {
 		if ctx.Err() != nil {
 			break
@@ -426,7 +454,11 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 		return err
 	}
 	groups := groupMoves(moves)
-	p := newRate(job.GetParams().GetMaxBandwidth())
+	bw := job.GetParams().GetMaxBandwidth()
+	if bw == 0 && kind == JobRebalance {
+		bw = s.o.Admin.RebalanceBandwidth
+	}
+	p := newRate(bw)
 	progress := false
 	for i := 0; i < len(groups); i += s.o.Admin.BatchExtents {
 		if ctx.Err() != nil {
@@ -438,25 +470,42 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			return nil // stopped
 		}
 		batch := groups[i:min(i+s.o.Admin.BatchExtents, len(groups))]
+		// Copy the batch's extents, Concurrency at a time; results
+		// keep the batch's order.
+		results := make([]movedExtent, len(batch))
+		copyErrs := make([]error, len(batch))
+		sem := make(chan struct{}, s.o.Admin.Concurrency)
+		var wg sync.WaitGroup
+		for gi, g := range batch {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				me, err := s.copyChunks(ctx, kind, exts[g[0].extent], g, unreadable)
+				results[gi], copyErrs[gi] = me, err
+				if err == nil {
+					p.wait(ctx, me.bytes)
+				}
+			})
+		}
+		wg.Wait()
 		var ready []movedExtent
 		var failed uint64
 		var lastErr error
-		for _, g := range batch {
-			e := exts[g[0].extent]
-			me, err := s.copyChunks(ctx, kind, e, g, unreadable)
-			if err != nil {
+		for gi, g := range batch {
+			if err := copyErrs[gi]; err != nil {
 				failed += uint64(len(g))
 				lastErr = err
-				s.log.Warn("admin: move failed", "job", kind, "extent", e.GetId(), "err", err)
+				s.log.Warn("admin: move failed", "job", kind, "extent", g[0].extent, "err", err)
 				continue
 			}
-			ready = append(ready, me)
-			p.wait(ctx, me.bytes)
+			ready = append(ready, results[gi])
 		}
+		s.admin.met.moveFailed(kind, failed)
 		n, b, err := s.switchPlacements(ready, keys)
 		if err != nil {
 			return err
 		}
+		s.admin.met.moved(kind, n, b)
 		if n > 0 {
 			progress = true
 		}
@@ -613,6 +662,7 @@ func (s *Server) copyChunks(ctx context.Context, kind string, e *mdspb.Extent, m
 		if err != nil {
 			return movedExtent{}, err
 		}
+		s.admin.met.rebuilt.Add(float64(len(rebuild)))
 		for j, b := range got {
 			data[uint32(j)] = b
 		}
@@ -973,9 +1023,30 @@ func (s *Server) repairBad(ctx context.Context) error {
 			return err
 		}
 		drop := e == nil || int(b.Index) >= len(e.Osts) || e.Osts[b.Index] != b.Ost || ov.state[b.Ost] != ostActive
-		if !drop {
+		if drop {
+			s.admin.met.badDismissed.Inc()
+		} else {
 			if !ov.up[b.Ost] {
 				continue // the OST is down: later, or repair moves it
+			}
+			if b.FromClient {
+				// A client's report: the OST checks the chunk's
+				// checksums again; a chunk that reads back whole was a
+				// passing fault (or a wrong report) and is kept.
+				if _, err := s.readWholeChunk(ctx, e, int(b.Index)); err == nil {
+					s.log.Info("admin: chunk reported by a client reads back whole; kept", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost)
+					s.admin.met.badDismissed.Inc()
+					delete(s.admin.badRetry, rk)
+					if err := s.update(func(t *txn) error { return t.b.Delete(en.key, nil) }); err != nil {
+						return err
+					}
+					continue
+				} else if !errors.Is(err, errs.ErrCorrupt) && !errors.Is(err, errs.ErrNotFound) {
+					// Cannot tell now (the OST is busy or unreachable):
+					// later.
+					s.admin.badRetry[rk] = now.Add(10 * s.o.Admin.Interval)
+					continue
+				}
 			}
 			if err := s.rebuildInPlace(ctx, e, int(b.Index), ov); err != nil {
 				s.log.Warn("admin: rebuild of bad chunk failed", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
@@ -986,6 +1057,7 @@ func (s *Server) repairBad(ctx context.Context) error {
 				continue
 			}
 			s.log.Info("admin: bad chunk rebuilt", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost)
+			s.admin.met.badRepaired.Inc()
 		}
 		delete(s.admin.badRetry, rk)
 		if err := s.update(func(t *txn) error { return t.b.Delete(en.key, nil) }); err != nil {
@@ -1008,6 +1080,7 @@ func (s *Server) rebuildInPlace(ctx context.Context, e *mdspb.Extent, j int, ov 
 	if err != nil {
 		return err
 	}
+	s.admin.met.rebuilt.Add(1)
 	info := ov.infos[e.Osts[j]]
 	// The extent must still be placed so (this goroutine is the only one
 	// that changes placements, so it stays so until the write is done).
@@ -1031,6 +1104,8 @@ func (s *Server) adminOst(id uint32) (ostpb.OstClient, error) {
 		return nil, fmt.Errorf("OST %d: %w", id, errs.ErrNotFound)
 	}
 	w := &s.admin
+	w.connMu.Lock()
+	defer w.connMu.Unlock()
 	c, ok := w.conns[id]
 	if ok && c.addr != info.Addr {
 		c.cc.Close()
@@ -1169,11 +1244,15 @@ func (s *Server) rebuildChunks(ctx context.Context, e *mdspb.Extent, want []int,
 	return out, nil
 }
 
-// rate spreads the worker's writes to a bandwidth (0: unlimited).
+// rate spreads the worker's writes to a bandwidth (0: unlimited). Its
+// wait is safe for concurrent use.
 type rate struct {
 	bps   uint64
 	start time.Time
-	bytes uint64
+	mu    struct {
+		sync.Mutex
+		bytes uint64 // accounted so far
+	}
 }
 
 func newRate(bps uint64) *rate { return &rate{bps: bps, start: time.Now()} }
@@ -1182,8 +1261,11 @@ func (r *rate) wait(ctx context.Context, n uint64) {
 	if r.bps == 0 {
 		return
 	}
-	r.bytes += n
-	due := r.start.Add(time.Duration(float64(r.bytes) / float64(r.bps) * float64(time.Second)))
+	r.mu.Lock()
+	r.mu.bytes += n
+	total := r.mu.bytes
+	r.mu.Unlock()
+	due := r.start.Add(time.Duration(float64(total) / float64(r.bps) * float64(time.Second)))
 	if d := time.Until(due); d > 0 {
 		select {
 		case <-ctx.Done():

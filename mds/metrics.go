@@ -78,6 +78,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	})
 	m.collectors = []prometheus.Collector{m.ops, m.opErrors, m.opSeconds, m.extentsAllocated,
 		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total, sessions, locks}
+	m.collectors = append(m.collectors, newAdminMetrics(s)...) // admin_metrics.go
 	if reg == nil {
 		return m, nil
 	}
@@ -104,6 +105,89 @@ func (m *metrics) observe(op string, start time.Time, err error) {
 // unregister removes the collectors, so the registry may be reused by a
 // Server opened later.
 func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+// raftMetrics are a replicated MDS member's Raft collectors
+// (docs/reliability.md): registered when the member starts, removed when
+// it closes.
+type raftMetrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+
+	proposals       prometheus.Counter
+	proposalsFailed prometheus.Counter
+	leaderChanges   prometheus.Counter
+	snapshotSends   prometheus.Counter
+	applySeconds    prometheus.Histogram
+	logSyncSeconds  prometheus.Histogram
+}
+
+func newRaftMetrics(reg prometheus.Registerer, r *replica) (*raftMetrics, error) {
+	m := &raftMetrics{
+		reg: reg,
+		proposals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_raft_proposals_total", Help: "Mutations this member proposed as leader.",
+		}),
+		proposalsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_raft_proposals_failed_total", Help: "Proposals that were not applied: refused, dropped at a change of leader, or skipped as computed in an older term.",
+		}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_raft_leader_changes_total", Help: "Changes of the leader this member knows (including to none).",
+		}),
+		snapshotSends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_mds_raft_snapshot_sends_total", Help: "State machine snapshots this member streamed to a member catching up.",
+		}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "shoal_mds_raft_apply_duration_seconds", Help: "Time to apply one Ready's committed entries to the state machine.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}),
+		logSyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "shoal_mds_raft_log_sync_duration_seconds", Help: "Time of one synced write of the Raft log (one per Ready that carries entries or a vote).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}),
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	status := func(f func(st *replica) uint64) func() float64 {
+		return func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return float64(f(r))
+		}
+	}
+	m.collectors = []prometheus.Collector{m.proposals, m.proposalsFailed, m.leaderChanges, m.snapshotSends, m.applySeconds, m.logSyncSeconds,
+		gauge("shoal_mds_raft_term", "This member's Raft term.", status(func(r *replica) uint64 { return r.mu.term })),
+		gauge("shoal_mds_raft_is_leader", "1 while this member serves as leader, else 0.", status(func(r *replica) uint64 {
+			if r.mu.serving {
+				return 1
+			}
+			return 0
+		})),
+		gauge("shoal_mds_raft_commit_index", "Highest log index this member knows committed.", status(func(r *replica) uint64 { return r.mu.commit })),
+		gauge("shoal_mds_raft_applied_index", "Highest log index applied to this member's state machine.", status(func(r *replica) uint64 { return r.mu.applied })),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, r := range m.collectors[:i] {
+				reg.Unregister(r)
+			}
+			return nil, errors.Join(errors.New("mds: register raft metrics"), err)
+		}
+	}
+	return m, nil
+}
+
+func (m *raftMetrics) unregister() {
 	if m.reg == nil {
 		return
 	}

@@ -120,7 +120,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	c.Admin.setDefaults(c.GCGrace)
+	if err := c.Admin.setDefaults(c.GCGrace); err != nil {
+		return c, err
+	}
 	c.Identity.setDefaults()
 	if c.Raft != nil {
 		r, err := c.Raft.withDefaults()

@@ -13,6 +13,10 @@ type metrics struct {
 	writeBytes    prometheus.Counter
 	corruptBlocks prometheus.Counter
 	capRefused    prometheus.Counter
+	// Scrub (scrub.go), by pass: "background" or "admin".
+	scrubBytes   *prometheus.CounterVec
+	scrubChunks  *prometheus.CounterVec
+	scrubCorrupt *prometheus.CounterVec
 
 	reg        prometheus.Registerer // nil: not registered
 	collectors []prometheus.Collector
@@ -36,6 +40,18 @@ func newMetrics() *metrics {
 			Name: "shoal_ost_capability_refused_total",
 			Help: "Chunk calls refused for a missing, forged, expired or mismatched capability (docs/security.md).",
 		}),
+		scrubBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_ost_scrub_read_bytes_total",
+			Help: "Chunk bytes the scrubber read and verified, by pass (background, admin).",
+		}, []string{"pass"}),
+		scrubChunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_ost_scrub_chunks_total",
+			Help: "Chunks the scrubber checked, by pass (background, admin).",
+		}, []string{"pass"}),
+		scrubCorrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_ost_scrub_corrupt_chunks_total",
+			Help: "Chunks the scrubber found corrupt (a checksum mismatch, a bad sidecar or a short file) and reported to the MDS, by pass.",
+		}, []string{"pass"}),
 	}
 }
 
@@ -46,6 +62,7 @@ func (m *metrics) register(reg prometheus.Registerer, st *store) error {
 	}
 	cs := []prometheus.Collector{
 		m.readBytes, m.writeBytes, m.corruptBlocks, m.capRefused,
+		m.scrubBytes, m.scrubChunks, m.scrubCorrupt,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shoal_ost_chunks",
 			Help: "Chunks stored.",
@@ -77,4 +94,13 @@ func (m *metrics) unregister() error {
 	}
 	m.collectors = nil
 	return errsUnreg
+}
+
+// scrubbed counts one chunk checked by a pass of the scrubber.
+func (m *metrics) scrubbed(pass string, n int64, bad bool) {
+	m.scrubChunks.WithLabelValues(pass).Inc()
+	m.scrubBytes.WithLabelValues(pass).Add(float64(n))
+	if bad {
+		m.scrubCorrupt.WithLabelValues(pass).Inc()
+	}
 }

@@ -164,6 +164,7 @@ func (s *Server) scrubLoop(ctx context.Context, cli mdspb.MdsClient) {
 				break // an admin pass (or Close) first; this shard is rescanned later
 			}
 			n, bad := s.scrubChunk(e.id)
+			s.m.scrubbed("background", n, bad)
 			sc.mu.Lock()
 			sc.mu.st.BackgroundChunks++
 			if bad {
@@ -214,6 +215,7 @@ func (s *Server) adminScrub(ctx context.Context, cli mdspb.MdsClient, rate uint6
 		}
 		for _, e := range ents {
 			n, bad := s.scrubChunk(e.id)
+			s.m.scrubbed("admin", n, bad)
 			sc.mu.Lock()
 			sc.mu.st.ChunksChecked++
 			sc.mu.st.BytesChecked += uint64(n)

@@ -36,6 +36,12 @@ func adminMiB(def int) int {
 	return def
 }
 
+// adminWithin scales a time limit d, set for def MiB of data, to the
+// size SHOAL_ADMIN_MIB asks for (never below d).
+func adminWithin(d time.Duration, def int) time.Duration {
+	return d * time.Duration(max(1, (adminMiB(def)+def-1)/def))
+}
+
 func adminCluster(t *testing.T, osts int) *cluster.Cluster {
 	t.Helper()
 	if testing.Short() {
@@ -378,7 +384,9 @@ func flipChunks(t *testing.T, cl *cluster.Cluster, c *client.Client, ds *dataset
 }
 
 // TestAdminScrubRepairs flips bytes in 100 chunks (at most m per extent):
-// reads stay correct, scrub finds all 100 and rebuilds them.
+// scrub finds all 100 and rebuilds them; reads are correct. (The chunks
+// are not read before the scrub: a read that meets a bad chunk reports it
+// for repair itself, TestClientReportsCorruptChunk.)
 func TestAdminScrubRepairs(t *testing.T) {
 	cl := adminCluster(t, 6)
 	c := cl.Client()
@@ -388,7 +396,6 @@ func TestAdminScrubRepairs(t *testing.T) {
 	if n != 100 {
 		t.Fatalf("flipped %d chunks, want 100", n)
 	}
-	ds.verify(t, cl.Client()) // degraded reads
 
 	startJob(t, stub, &mdspb.StartJobRequest{Kind: mds.JobScrub})
 	j := waitJob(t, stub, mds.JobScrub, 2*time.Minute)
@@ -537,7 +544,10 @@ func TestAdminRebalance(t *testing.T) {
 	cl := adminCluster(t, 6)
 	c := cl.Client()
 	stub := adminStub(t, cl)
-	ds := writeDataset(t, c, "/rb", 32, adminMiB(96)<<20/32, 6)
+	// 32 files at the CI size; at a spec size (make admin-spec: 1 GiB)
+	// files of 8 MiB.
+	files := max(32, adminMiB(96)/8)
+	ds := writeDataset(t, c, "/rb", files, adminMiB(96)<<20/files, 6)
 	for range 3 {
 		if _, err := cl.AddOST(); err != nil {
 			t.Fatal(err)
@@ -554,7 +564,7 @@ func TestAdminRebalance(t *testing.T) {
 	stop := make(chan struct{})
 	wait := load(t, cl.Client(), ds, "/rb", stop)
 	startJob(t, stub, &mdspb.StartJobRequest{Kind: mds.JobRebalance, ThresholdPct: 5})
-	j := waitJob(t, stub, mds.JobRebalance, 3*time.Minute)
+	j := waitJob(t, stub, mds.JobRebalance, adminWithin(3*time.Minute, 96))
 	close(stop)
 	if errs := wait(); len(errs) > 0 {
 		t.Fatalf("load during rebalance: %v", errs)
@@ -626,7 +636,7 @@ func TestAdminRebalanceInterrupted(t *testing.T) {
 			}
 			stub = adminStub(t, cl)
 			// The job survived the restarts (it is in Pebble) and goes on.
-			j := waitJob(t, stub, mds.JobRebalance, 3*time.Minute)
+			j := waitJob(t, stub, mds.JobRebalance, adminWithin(3*time.Minute, 48))
 			if j.State != mds.JobDone {
 				t.Fatalf("rebalance: %v", j)
 			}

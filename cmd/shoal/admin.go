@@ -37,6 +37,15 @@ func newAdminCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
 		Short: "Administer a cluster: space, OSTs, layouts, repair, drain, rebalance, scrub, fsck, gc",
+		// Without RunE, cobra prints the help of `shoal admin TYPO` and
+		// exits 0; a typo is a usage error (exit 1), as it is one level
+		// down.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
 	}
 	cmd.PersistentFlags().StringVar(&af.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address, or the comma-separated addresses of an MDS group (default $SHOAL_MDS)")
 	cmd.PersistentFlags().BoolVar(&af.json, "json", false, "print the result as JSON (no progress bar)")
@@ -46,7 +55,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 		adminDfCmd(af), adminOstsCmd(af), adminSetstripeCmd(af), adminGetstripeCmd(af),
 		adminRepairCmd(af), adminDrainCmd(af), adminUndrainCmd(af), adminRemoveCmd(af),
 		adminRebalanceCmd(af), adminScrubCmd(af), adminFsckCmd(af), adminGCCmd(af),
-		adminMdsCmd(af), adminMigrateCmd(af),
+		adminMdsCmd(af), adminMigrateCmd(af), adminStatusCmd(af),
 	)
 	return cmd
 }

@@ -25,8 +25,10 @@ func newMDSCmd(g *globals) *cobra.Command {
 	var squash []string
 	var squashUID, squashGID uint32
 	var squashAll bool
+	var af workerFlags
 	cmd := &cobra.Command{
 		Use:   "mds",
+		Args:  cobra.NoArgs,
 		Short: "Run a metadata server, alone or as one member of a replicated group (--id, --peers)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
@@ -41,7 +43,11 @@ func newMDSCmd(g *globals) *cobra.Command {
 			}
 			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds,
+			admin, err := af.options()
+			if err != nil {
+				return err
+			}
+			o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds, Admin: admin,
 				Identity: mds.IdentityOptions{Squash: squash, SquashUID: squashUID, SquashGID: squashGID, SquashAll: squashAll}}
 			if peers != "" || id != 0 || join {
 				p, err := parsePeers(peers)
@@ -52,7 +58,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 			}
 			// Bind first: a member must be reachable at its address
 			// while its Raft node starts.
-			srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(mds.Authorize))
+			srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(mds.Authorize), wire.ServeLogger(log))
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", listen, err)
 			}
@@ -81,7 +87,8 @@ func newMDSCmd(g *globals) *cobra.Command {
 	cmd.Flags().Uint32Var(&squashUID, "squash-uid", 65534, "uid squashed root (or, with --squash-all, every uid) becomes")
 	cmd.Flags().Uint32Var(&squashGID, "squash-gid", 65534, "gid squashed root (or, with --squash-all, every gid) becomes")
 	cmd.Flags().BoolVar(&squashAll, "squash-all", false, "squash every uid and gid of squashed nodes, not only root")
-	return configurable(cmd, mdsChecks()...)
+	addWorkerFlags(cmd, &af)
+	return configurable(cmd, append(mdsChecks(), workerChecks)...)
 }
 
 // parsePeers parses "1=host:port,2=host:port".
@@ -105,8 +112,10 @@ func newOSTCmd(g *globals) *cobra.Command {
 	var dir, listen, advertise, mdsAddr, metrics string
 	var dataListen string
 	var tf tlsFlags
+	var sf scrubFlags
 	cmd := &cobra.Command{
 		Use:   "ost",
+		Args:  cobra.NoArgs,
 		Short: "Run an object storage target on one directory",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireMDS(mdsAddr); err != nil {
@@ -124,7 +133,11 @@ func newOSTCmd(g *globals) *cobra.Command {
 			}
 			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			o, srv, err := startOSTWith(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds)
+			scrub, err := sf.options()
+			if err != nil {
+				return err
+			}
+			o, srv, err := startOSTScrub(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub)
 			if err != nil {
 				return err
 			}
@@ -142,7 +155,8 @@ func newOSTCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	mdsFlag(cmd, &mdsAddr)
 	addTLSFlags(cmd, &tf)
-	return configurable(cmd, ostChecks()...)
+	addScrubFlags(cmd, &sf)
+	return configurable(cmd, append(ostChecks(), scrubChecks)...)
 }
 
 // dataListenFlag adds --data-listen.
@@ -159,7 +173,12 @@ func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, 
 
 // startOSTWith is startOST with mutual TLS (creds nil: plaintext).
 func startOSTWith(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds) (*ost.Server, *wire.Server, error) {
-	srv, err := wire.Bind(listen, wire.ServeCreds(creds))
+	return startOSTScrub(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, ost.ScrubOptions{})
+}
+
+// startOSTScrub is startOSTWith with the scrubber's options.
+func startOSTScrub(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds, scrub ost.ScrubOptions) (*ost.Server, *wire.Server, error) {
+	srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeLogger(log))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", listen, err)
 	}
@@ -174,7 +193,7 @@ func startOSTWith(ctx context.Context, log *slog.Logger, reg prometheus.Register
 		}
 		dataListen = net.JoinHostPort(host, "0")
 	}
-	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen, Creds: creds})
+	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen, Creds: creds, Scrub: scrub})
 	if err != nil {
 		srv.Kill()
 		return nil, nil, err
@@ -194,4 +213,119 @@ func startOSTWith(ctx context.Context, log *slog.Logger, reg prometheus.Register
 // and /debug/pprof on addr (health.go).
 func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry) {
 	serveOps(ctx, log, addr, reg, nil)
+}
+
+// Flags of the administration worker (shoal mds) and of the scrubber
+// (shoal ost); docs/admin.md, "Configuration".
+
+type workerFlags struct {
+	repairAfter time.Duration
+	moveGrace   time.Duration
+	interval    time.Duration
+	concurrency int
+	rebalanceBW string
+}
+
+func addWorkerFlags(cmd *cobra.Command, f *workerFlags) {
+	fs := cmd.Flags()
+	fs.DurationVar(&f.repairAfter, "repair-after", 30*time.Minute, "an OST down this long has its chunks rebuilt on other OSTs without an operator (a repair job starts); 0: never on its own")
+	fs.DurationVar(&f.moveGrace, "move-grace", 2*time.Minute, "how long the old copy of a moved chunk is kept after the switch, for readers holding the old placement")
+	fs.DurationVar(&f.interval, "admin-interval", time.Second, "pause between rounds of the administration worker (moves, repairs, old copies' deletion)")
+	fs.IntVar(&f.concurrency, "admin-concurrency", mds.DefaultAdminConcurrency, fmt.Sprintf("extents the administration worker copies or rebuilds at once (1 to %d)", mds.MaxAdminConcurrency))
+	fs.StringVar(&f.rebalanceBW, "rebalance-bandwidth", "0", "a rebalance started without --max-bandwidth writes at most `RATE` bytes/s (e.g. 200MiB); 0: unlimited")
+}
+
+// options turns the flags into mds.AdminOptions (workerChecks has
+// checked them).
+func (f *workerFlags) options() (mds.AdminOptions, error) {
+	bw, err := parseBytes(f.rebalanceBW)
+	if err != nil {
+		return mds.AdminOptions{}, fmt.Errorf("--rebalance-bandwidth: %w", err)
+	}
+	o := mds.AdminOptions{
+		Interval: f.interval, RepairAfter: f.repairAfter, RetireGrace: f.moveGrace,
+		Concurrency: f.concurrency, RebalanceBandwidth: bw,
+	}
+	if o.RepairAfter <= 0 {
+		o.RepairAfter = -1 // never (0 is the Options' default)
+	}
+	return o, nil
+}
+
+// workerChecks validates the administration worker's keys.
+func workerChecks(cmd *cobra.Command, _ []string) []string {
+	var p []string
+	fs := cmd.Flags()
+	if d, err := fs.GetDuration("repair-after"); err == nil && d < 0 {
+		p = append(p, fmt.Sprintf("repair-after: %v is negative (0 turns automatic repair off)", d))
+	}
+	if d, err := fs.GetDuration("move-grace"); err == nil && d <= 0 {
+		p = append(p, fmt.Sprintf("move-grace: %v: want a positive duration (e.g. 2m): readers of the old placement need time to finish", d))
+	}
+	if d, err := fs.GetDuration("admin-interval"); err == nil && (d < 10*time.Millisecond || d > time.Hour) {
+		p = append(p, fmt.Sprintf("admin-interval: %v: want 10ms to 1h", d))
+	}
+	if n, err := fs.GetInt("admin-concurrency"); err == nil && (n < 1 || n > mds.MaxAdminConcurrency) {
+		p = append(p, fmt.Sprintf("admin-concurrency: %d: want 1 to %d", n, mds.MaxAdminConcurrency))
+	}
+	if _, err := parseBytes(flagString(cmd, "rebalance-bandwidth")); err != nil {
+		p = append(p, "rebalance-bandwidth: "+err.Error())
+	}
+	return p
+}
+
+type scrubFlags struct {
+	on        bool
+	rate      string
+	adminRate string
+	interval  time.Duration
+}
+
+func addScrubFlags(cmd *cobra.Command, f *scrubFlags) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.on, "scrub", true, "scrub continuously in the background (false: only the passes that \"shoal admin scrub\" asks for)")
+	fs.StringVar(&f.rate, "scrub-rate", "4MiB", "speed of the background scrub: `RATE` bytes/s (e.g. 4MiB, 50MB)")
+	fs.StringVar(&f.adminRate, "scrub-admin-rate", "256MiB", "speed of a pass that \"shoal admin scrub\" asks for without --rate: `RATE` bytes/s")
+	fs.DurationVar(&f.interval, "scrub-interval", ost.DefaultScrubPassInterval, "pause between two background passes over every chunk (0: none)")
+}
+
+// options turns the flags into ost.ScrubOptions (scrubChecks has checked
+// them).
+func (f *scrubFlags) options() (ost.ScrubOptions, error) {
+	rate, err := parseBytes(f.rate)
+	if err != nil {
+		return ost.ScrubOptions{}, fmt.Errorf("--scrub-rate: %w", err)
+	}
+	adminRate, err := parseBytes(f.adminRate)
+	if err != nil {
+		return ost.ScrubOptions{}, fmt.Errorf("--scrub-admin-rate: %w", err)
+	}
+	o := ost.ScrubOptions{Rate: int64(rate), AdminRate: int64(adminRate), PassInterval: f.interval}
+	if !f.on {
+		o.Rate = -1
+	}
+	if o.PassInterval == 0 {
+		o.PassInterval = -1 // none (0 is the Options' default)
+	}
+	return o, nil
+}
+
+// scrubChecks validates the scrubber's keys.
+func scrubChecks(cmd *cobra.Command, _ []string) []string {
+	var p []string
+	for _, k := range []string{"scrub-rate", "scrub-admin-rate"} {
+		n, err := parseBytes(flagString(cmd, k))
+		switch {
+		case err != nil:
+			p = append(p, k+": "+err.Error())
+		case n < 4096:
+			p = append(p, fmt.Sprintf("%s: %s: want at least 4KiB/s (turn the background scrub off with scrub: false)", k, flagString(cmd, k)))
+		case n > 1<<40:
+			p = append(p, fmt.Sprintf("%s: %s: want at most 1TiB/s", k, flagString(cmd, k)))
+		}
+	}
+	if d, err := cmd.Flags().GetDuration("scrub-interval"); err == nil && d < 0 {
+		p = append(p, fmt.Sprintf("scrub-interval: %v is negative (0: no pause)", d))
+	}
+	return p
 }

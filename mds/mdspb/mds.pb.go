@@ -4462,12 +4462,16 @@ func (x *MoveRecord) GetStartedNs() int64 {
 
 // BadChunk is a chunk reported unreadable (scrub, fsck), queued for repair.
 type BadChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Extent        uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
-	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Ost           uint32                 `protobuf:"varint,3,opt,name=ost,proto3" json:"ost,omitempty"`
-	ReportedNs    int64                  `protobuf:"varint,4,opt,name=reported_ns,json=reportedNs,proto3" json:"reported_ns,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Extent     uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index      uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Ost        uint32                 `protobuf:"varint,3,opt,name=ost,proto3" json:"ost,omitempty"`
+	ReportedNs int64                  `protobuf:"varint,4,opt,name=reported_ns,json=reportedNs,proto3" json:"reported_ns,omitempty"`
+	Reason     string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// from_client: found by a client's read path, not by the OST's own
+	// scrub or fsck; the worker reads the chunk again before it rebuilds it,
+	// and drops the report when the chunk reads back whole.
+	FromClient    bool `protobuf:"varint,6,opt,name=from_client,json=fromClient,proto3" json:"from_client,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4535,6 +4539,13 @@ func (x *BadChunk) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *BadChunk) GetFromClient() bool {
+	if x != nil {
+		return x.FromClient
+	}
+	return false
 }
 
 type ReportCorruptRequest struct {
@@ -5339,14 +5350,16 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x02to\x18\x04 \x01(\rR\x02to\x12\x12\n" +
 	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x1d\n" +
 	"\n" +
-	"started_ns\x18\x06 \x01(\x03R\tstartedNs\"\x83\x01\n" +
+	"started_ns\x18\x06 \x01(\x03R\tstartedNs\"\xa4\x01\n" +
 	"\bBadChunk\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x10\n" +
 	"\x03ost\x18\x03 \x01(\rR\x03ost\x12\x1f\n" +
 	"\vreported_ns\x18\x04 \x01(\x03R\n" +
 	"reportedNs\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"X\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vfrom_client\x18\x06 \x01(\bR\n" +
+	"fromClient\"X\n" +
 	"\x14ReportCorruptRequest\x12\x10\n" +
 	"\x03ost\x18\x01 \x01(\rR\x03ost\x12.\n" +
 	"\x06chunks\x18\x02 \x03(\v2\x16.shoal.mds.v1.BadChunkR\x06chunks\"M\n" +

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/mds"
+	"github.com/shoalfs/shoal/ost"
+)
+
+// TestWorkerAndScrubFlags checks how the flags of shoal mds and shoal ost
+// become mds.AdminOptions and ost.ScrubOptions: the "off" values of the
+// flags (0) are the options' negative values, their zero being "default".
+// Validation is in testdata/script/daemon_flags.txtar.
+func TestWorkerAndScrubFlags(t *testing.T) {
+	admin := func(args ...string) mds.AdminOptions {
+		t.Helper()
+		var f workerFlags
+		cmd := &cobra.Command{}
+		addWorkerFlags(cmd, &f)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		if p := workerChecks(cmd, nil); len(p) > 0 {
+			t.Fatalf("%v: %v", args, p)
+		}
+		o, err := f.options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if o, want := admin(), (mds.AdminOptions{Interval: time.Second, RepairAfter: 30 * time.Minute, RetireGrace: 2 * time.Minute, Concurrency: mds.DefaultAdminConcurrency}); o != want {
+		t.Errorf("defaults: %+v, want %+v", o, want)
+	}
+	o := admin("--repair-after", "0", "--move-grace", "10s", "--admin-concurrency", "16", "--rebalance-bandwidth", "100MiB/s", "--admin-interval", "250ms")
+	if want := (mds.AdminOptions{Interval: 250 * time.Millisecond, RepairAfter: -1, RetireGrace: 10 * time.Second, Concurrency: 16, RebalanceBandwidth: 100 << 20}); o != want {
+		t.Errorf("set: %+v, want %+v", o, want)
+	}
+
+	scrub := func(args ...string) ost.ScrubOptions {
+		t.Helper()
+		var f scrubFlags
+		cmd := &cobra.Command{}
+		addScrubFlags(cmd, &f)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		if p := scrubChecks(cmd, nil); len(p) > 0 {
+			t.Fatalf("%v: %v", args, p)
+		}
+		o, err := f.options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if o, want := scrub(), (ost.ScrubOptions{Rate: ost.DefaultScrubRate, AdminRate: ost.DefaultAdminScrubRate, PassInterval: ost.DefaultScrubPassInterval}); o != want {
+		t.Errorf("scrub defaults: %+v, want %+v", o, want)
+	}
+	if o, want := scrub("--scrub=false", "--scrub-interval", "0", "--scrub-rate", "1GB", "--scrub-admin-rate", "64MiB"), (ost.ScrubOptions{Rate: -1, AdminRate: 64 << 20, PassInterval: -1}); o != want {
+		t.Errorf("scrub off: %+v, want %+v", o, want)
+	}
+	if o := scrub("--scrub-rate", "1GB"); o.Rate != 1e9 {
+		t.Errorf("--scrub-rate 1GB: %d", o.Rate)
+	}
+}
