@@ -4,8 +4,10 @@ package client
 // extent with every extent map (GetExtents, Open) and allocation
 // (AllocExtents); OSTs refuse chunk calls without the right one. The
 // client keeps them in a table filled by an interceptor on its MDS
-// connection and attaches them to chunk calls with an interceptor on its
-// OST connections, so that the read and write paths need not carry them.
+// connection and attaches them to gRPC chunk calls with an interceptor on
+// its OST connections; chunkio.go hands them to the data path
+// (internal/datanet, which sends them after each request's header) with
+// ChunkCapability.
 // A capability about to expire is renewed by asking the MDS for the
 // file's extent map again.
 

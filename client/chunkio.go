@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/compress"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
@@ -148,14 +149,15 @@ func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte
 }
 
 // writeChunk writes chunk index of extent, the concatenation of data, to
-// OST ostID: over its data path, or over gRPC when it has none.
+// OST ostID: over its data path, or over gRPC when it has none. Either
+// carries the extent's write capability (caps.go).
 func (c *Client) writeChunk(ctx context.Context, ostID uint32, extent uint64, index uint32, data [][]byte) error {
 	for try := 0; ; try++ {
 		o, daddr, err := c.chunkRoute(ctx, ostID, try > 0)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
 			if daddr != "" {
-				err = c.data.Write(cctx, daddr, extent, index, data)
+				err = c.data.Write(cctx, daddr, extent, index, c.ChunkCapability(cctx, extent, capability.Write), data)
 			} else {
 				err = c.writeChunkGRPC(cctx, o, extent, index, data)
 			}
@@ -190,8 +192,9 @@ func (c *Client) writeChunkGRPC(ctx context.Context, o ostpb.OstClient, extent u
 }
 
 // readChunk reads bytes [off, off+n) of chunk j of ext into dst, in order,
-// where n is the total length of dst's slices. Over the data path the bytes
-// go from the socket straight into dst. On an error dst holds garbage.
+// where n is the total length of dst's slices, with the extent's read
+// capability (caps.go). Over the plaintext data path the bytes go from the
+// socket straight into dst. On an error dst holds garbage.
 func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off int64, dst [][]byte) error {
 	ostID := ext.GetOsts()[j]
 	for try := 0; ; try++ {
@@ -199,7 +202,7 @@ func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off in
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
 			if daddr != "" {
-				err = c.data.Read(cctx, daddr, ext.GetId(), uint32(j), uint64(off), dst)
+				err = c.data.Read(cctx, daddr, ext.GetId(), uint32(j), c.ChunkCapability(cctx, ext.GetId(), capability.Read), uint64(off), dst)
 			} else {
 				err = readChunkGRPC(cctx, o, ext.GetId(), uint32(j), off, dst)
 			}
@@ -210,6 +213,7 @@ func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off in
 		}
 		if err != nil {
 			c.metrics.chunkErrors.WithLabelValues("read").Inc()
+			c.noteChunkError(ext.GetId(), uint32(j), ostID, err) // report.go
 			return fmt.Errorf("extent %d chunk %d on OST %d: %w", ext.GetId(), j, ostID, err)
 		}
 		return nil

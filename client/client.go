@@ -135,6 +135,7 @@ type Client struct {
 	}
 
 	caps      capTable    // capabilities of extents for the OSTs (caps.go)
+	rep       reporter    // corrupt chunks to report to the MDS (report.go)
 	sess      session     // session.go
 	closed    atomic.Bool // set by Close and Abandon
 	closeOnce sync.Once
@@ -153,8 +154,12 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
 	}
+	dopts := datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST}
+	if o.Creds != nil {
+		dopts.TLS = o.Creds.DataClientConfig // the data path: mutual TLS as on gRPC
+	}
 	*c = Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
-		data: datanet.NewClient(datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST}), bufs: &datanet.BufPool{}}
+		data: datanet.NewClient(dopts), bufs: &datanet.BufPool{}}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.ostAddr = map[uint32]string{}
 	c.mu.dataAddr = map[uint32]dataRoute{}
@@ -186,6 +191,7 @@ func (c *Client) Close() error {
 
 // closeConns closes every connection.
 func (c *Client) closeConns() error {
+	c.rep.stop()
 	c.mu.Lock()
 	conns := c.mu.conns
 	c.mu.conns = map[string]*grpc.ClientConn{}

@@ -148,8 +148,14 @@ func parseStatus(b []byte, uid, gid uint32) (groups []uint32, ok bool) {
 // have been applied by the MDS. Fatal signals need no help: the kernel
 // stops waiting for the reply by itself. So every call runs to its end,
 // bounded by the client's own timeouts.
+//
+// It also gives the request a trace id (wire.NewTraceID), which its calls
+// carry to the MDS and the OSTs, whose log lines about them name it.
 func (m *Mounted) detach(ctx context.Context) context.Context {
 	out := context.WithoutCancel(ctx)
+	if wire.TraceID(ctx) == "" {
+		out = wire.WithTraceID(out, wire.NewTraceID())
+	}
 	c, ok := gofuse.FromContext(ctx)
 	if !ok {
 		return out

@@ -124,7 +124,10 @@ func (m *Mounted) requestOwner(ctx context.Context) (reqOwner, bool) {
 // raw file system wrapped in lockRaw. It returns once the kernel answered
 // INIT.
 func (m *Mounted) serve(dir string, root gofs.InodeEmbedder, o *gofs.Options) (*gofuse.Server, error) {
-	raw := &lockRaw{RawFileSystem: gofs.NewNodeFS(root, o), m: m}
+	var raw gofuse.RawFileSystem = &lockRaw{RawFileSystem: gofs.NewNodeFS(root, o), m: m}
+	if m.met != nil {
+		raw = &meteredRaw{RawFileSystem: raw, m: m.met}
+	}
 	s, err := gofuse.NewServer(raw, dir, &o.MountOptions)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
@@ -56,6 +57,10 @@ type Options struct {
 	// mounter's. A non-root mount through fusermount3 needs
 	// user_allow_other in /etc/fuse.conf.
 	AllowOther bool
+	// Registry receives the mount's metrics (metrics.go): requests,
+	// latencies and errors by operation, bytes read and written. nil:
+	// none are kept.
+	Registry prometheus.Registerer
 }
 
 func (o *Options) setDefaults() error {
@@ -97,6 +102,7 @@ type Mounted struct {
 	mountpoint string
 	dev        uint64 // st_dev of the mounted root; 0 if unknown
 	server     *gofuse.Server
+	met        *metrics // nil without Options.Registry
 
 	groups  groupsCache // supplementary groups of callers, by pid (caller.go)
 	unknown sync.Map    // error kinds already logged at warn level, by "op/type"
@@ -124,6 +130,9 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 		return nil, fmt.Errorf("fuse: mount point %s: %w", mountpoint, err)
 	}
 	m := &Mounted{o: o, c: o.Client, log: o.Logger, mountpoint: abs}
+	if o.Registry != nil {
+		m.met = newMetrics(o.Registry)
+	}
 	m.mu.files = map[uint64]*openFile{}
 	m.groups.procDir = "/proc"
 

@@ -30,11 +30,19 @@ func (s *Server) SetLayout(ctx context.Context, req *mdspb.SetLayoutRequest) (_ 
 	if err := (layout.Layout{K: int(l.K), M: int(l.M), Unit: int64(l.Unit)}).Validate(); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.update(func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
+		}
+		// Like chmod: the owner or root (lfs setstripe needs the same).
+		if !cl.owns(n.Attr) {
+			return fmt.Errorf("set layout: uid %d on inode %d owned by %d: %w", cl.uid, n.Attr.Ino, n.Attr.Uid, errs.ErrNotPermitted)
 		}
 		switch {
 		case isDir(n.Attr.Mode):

@@ -119,7 +119,7 @@ func (s *Server) SetOstState(ctx context.Context, req *mdspb.SetOstStateRequest)
 		o.admin = st
 	}
 	s.osts.mu.Unlock()
-	s.log.Info("ost state changed", "ost", id, "state", req.GetState())
+	s.log.InfoContext(ctx, "ost state changed", "ost", id, "state", req.GetState())
 	if st == ostDraining {
 		if _, err := s.startJob(&mdspb.StartJobRequest{Kind: JobDrain}); err != nil {
 			return nil, err

@@ -38,6 +38,10 @@ func (s *Server) CloneExtents(ctx context.Context, req *mdspb.CloneExtentsReques
 	if len(ranges) == 0 || len(ranges) > maxCloneRanges {
 		return nil, fmt.Errorf("clone of %d ranges (1..%d): %w", len(ranges), maxCloneRanges, errs.ErrInvalid)
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &mdspb.CloneExtentsReply{}
 	err = s.update(func(t *txn) error {
 		src, err := t.regularFile(req.GetSrcIno())
@@ -47,6 +51,15 @@ func (s *Server) CloneExtents(ctx context.Context, req *mdspb.CloneExtentsReques
 		dst, err := t.regularFile(req.GetDstIno())
 		if err != nil {
 			return fmt.Errorf("clone destination: %w", err)
+		}
+		// Read access to the source and write access to the
+		// destination, by mode or as owner (the rules of the
+		// capabilities for reading and writing their chunks).
+		if !cl.mayData(src.Attr, mayRead) {
+			return cl.check(src.Attr, mayRead, "clone source")
+		}
+		if !cl.mayData(dst.Attr, mayWrite) {
+			return cl.check(dst.Attr, mayWrite, "clone destination")
 		}
 		// Read every source range first: with src == dst, a range written
 		// earlier in this call must not change what a later one copies.

@@ -107,7 +107,7 @@ func (s *Server) serviceDesc() *grpc.ServiceDesc {
 			rec := func(v any) error { req = v; return dec(v) }
 			resp, err := orig(srv, ctx, rec, ic)
 			if err != nil && slot.dup && req != nil {
-				s.log.Debug("retried request already applied", "op", m.MethodName, "request", ids[0])
+				s.log.DebugContext(ctx, "retried request already applied", "op", m.MethodName, "request", ids[0])
 				resp, err := derive(s, ctx, req)
 				return resp, wire.ToStatus(err)
 			}
@@ -144,7 +144,7 @@ func dupCreate(s *Server, ctx context.Context, req any) (any, error) {
 	}
 	if len(o.GetExtents()) > 0 || o.GetAttr().GetSize() != 0 {
 		if err := s.releaseHandle(r.GetOpenSession(), o.GetHandle()); err != nil {
-			s.log.Warn("release handle of a retried create", "ino", out.GetAttr().GetIno(), "err", err)
+			s.log.WarnContext(ctx, "release handle of a retried create", "ino", out.GetAttr().GetIno(), "err", err)
 		}
 		return out, nil
 	}

@@ -292,15 +292,31 @@ func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequ
 			return nil, err
 		}
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.update(func(t *txn) error {
 		n, err := t.regularFile(req.GetIno())
 		if err != nil {
 			return err
 		}
+		// The rule of AllocExtents: write permission, or the owner (who
+		// may write through a descriptor opened before a chmod, or a
+		// file it created 0444). The client commits with the identity
+		// of the file's opener, whom the kernel checked at open.
+		if !cl.mayData(n.Attr, mayWrite) {
+			return cl.check(n.Attr, mayWrite, "commit extents")
+		}
 		if len(req.GetExtents()) == 0 {
 			out = attrReply(n)
 			return nil
+		}
+		if !cl.root() {
+			if err := t.checkOwnExtents(n.Attr.Ino, req.GetExtents()); err != nil {
+				return err
+			}
 		}
 		end := n.Attr.Size
 		for _, r := range req.GetExtents() {
@@ -332,6 +348,47 @@ func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequ
 	}
 	s.m.extentsCommitted.Add(float64(len(req.GetExtents())))
 	return out, nil
+}
+
+// checkOwnExtents refuses, for a caller other than root, to commit into
+// file ino an extent that is neither a pending allocation nor already in
+// ino's map: the extent of another file would give the caller read
+// capabilities for data it may not read (CloneExtents checks that).
+func (t *txn) checkOwnExtents(ino uint64, refs []*mdspb.ExtentRef) error {
+	foreign := map[uint64]bool{}
+	for _, r := range refs {
+		id := r.GetExtent().GetId()
+		if _, err := getValue(t.b, pendingKey(id)); err == nil {
+			continue
+		} else if !errors.Is(err, errs.ErrNotFound) {
+			return err
+		}
+		// An extent neither pending nor referenced is stale, which
+		// claimExtent reports (the client writes it again).
+		if _, _, ok, err := t.refCount(id); err != nil {
+			return err
+		} else if ok {
+			foreign[id] = true
+		}
+	}
+	if len(foreign) == 0 {
+		return nil
+	}
+	err := scan(t.b, mapPrefix(ino), func(k, v []byte) (bool, error) {
+		r, err := readRef(k, v)
+		if err != nil {
+			return false, err
+		}
+		delete(foreign, r.Extent.GetId())
+		return len(foreign) > 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	for id := range foreign {
+		return fmt.Errorf("commit extents: extent %d is not a pending allocation nor part of inode %d (clone with CloneExtents): %w", id, ino, errs.ErrPermission)
+	}
+	return nil
 }
 
 // claimExtent checks that e (as sent by a client) is a pending allocation,

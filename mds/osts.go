@@ -160,7 +160,7 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 	o.info.FsId = req.GetFsId()
 	o.lastHB = s.o.Now()
 	s.osts.mu.Unlock()
-	s.log.Info("ost registered", "ost", id, "uuid", uuid, "addr", addr)
+	s.log.InfoContext(ctx, "ost registered", "ost", id, "uuid", uuid, "addr", addr)
 	return &mdspb.RegisterOstReply{Id: id, CapSecret: secret}, nil
 }
 
@@ -198,7 +198,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ 
 		return nil, fmt.Errorf("heartbeat from OST %d: %w", id, errs.ErrNotFound)
 	}
 	if moved != nil {
-		s.log.Info("ost address changed", "ost", id, "addr", moved.Addr)
+		s.log.InfoContext(ctx, "ost address changed", "ost", id, "addr", moved.Addr)
 		if err := s.update(func(t *txn) error { return t.persistOst(moved) }); err != nil {
 			return nil, err
 		}

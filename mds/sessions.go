@@ -164,7 +164,7 @@ func (s *Server) OpenSession(ctx context.Context, req *mdspb.OpenSessionRequest)
 	}
 	s.sess.t.add(id, req.GetClient(), req.GetHost(), req.GetPid(), s.now())
 	s.sess.mu.Unlock()
-	s.log.Debug("session opened", "session", id, "client", req.GetClient(), "host", req.GetHost(), "pid", req.GetPid())
+	s.log.DebugContext(ctx, "session opened", "session", id, "client", req.GetClient(), "host", req.GetHost(), "pid", req.GetPid())
 	return &mdspb.OpenSessionReply{Session: id, LeaseMs: s.o.SessionLease.Milliseconds()}, nil
 }
 
@@ -251,7 +251,7 @@ func (s *Server) Open(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.Ope
 		})
 		if err != nil {
 			if rerr := s.releaseHandle(req.GetSession(), h); rerr != nil {
-				s.log.Warn("release handle after a failed open", "ino", req.GetIno(), "err", rerr)
+				s.log.WarnContext(ctx, "release handle after a failed open", "ino", req.GetIno(), "err", rerr)
 			}
 			return nil, err
 		}

@@ -5,11 +5,24 @@ package mds
 // attributes of an inode go in the batch that deletes it (txn.flush).
 //
 // Names carry their namespace. "user.", "trusted." and "security." are
-// stored alike; the kernel has already applied their access rules (trusted
-// needs CAP_SYS_ADMIN, user.* only on regular files and directories) before
-// a FUSE request arrives, and the MDS repeats the one that depends on the
-// inode alone. "system." names (POSIX ACLs, capabilities) are refused with
+// stored alike. "system." names (POSIX ACLs, capabilities) are refused with
 // ErrNotSupported, as Shoal has no ACLs yet.
+//
+// Access follows Linux's xattr_permission, with the caller's identity
+// after squashing (perm.go), so that a client that is not the kernel is
+// held to the same rules:
+//   - user.*: reading needs read permission on the inode, writing write
+//     permission (EACCES); only regular files and directories have them
+//     (EPERM on a write); in a sticky directory only its owner or root
+//     may write them (EPERM).
+//   - trusted.*: root only. A write is EPERM; a read is ENODATA, and
+//     listxattr leaves the names out, as Linux does without
+//     CAP_SYS_ADMIN.
+//   - security.*: writing needs root (EPERM), as Linux's capability module
+//     asks CAP_SYS_ADMIN; reading is open, as on Linux. Removing
+//     security.capability is also open to whoever may write the file: the
+//     kernel does it, as the writer, before a write (file_remove_privs).
+//   - listxattr needs no permission on the inode (Linux asks none).
 
 import (
 	"bytes"
@@ -40,8 +53,11 @@ const xattrFlagsAll = uint32(mdspb.SetXattrFlags_XATTR_CREATE | mdspb.SetXattrFl
 var xattrNamespaces = [][]byte{[]byte("user."), []byte("trusted."), []byte("security.")}
 
 var (
-	xattrUser   = []byte("user.")
-	xattrSystem = []byte("system.")
+	xattrUser     = []byte("user.")
+	xattrTrusted  = []byte("trusted.")
+	xattrSecurity = []byte("security.")
+	xattrSystem   = []byte("system.")
+	xattrCaps     = []byte("security.capability")
 )
 
 // validXattrName checks an attribute name as setxattr(2) and getxattr(2)
@@ -79,6 +95,38 @@ func xattrWritable(n *mdspb.Inode, name []byte) error {
 	return nil
 }
 
+// xattrAccess checks whether c may read (want mayRead) or write
+// (mayWrite) attribute name of n; the rules are at the top of this file.
+func (c caller) xattrAccess(n *mdspb.Inode, name []byte, want uint32) error {
+	a := n.Attr
+	switch {
+	case bytes.HasPrefix(name, xattrTrusted):
+		if c.root() {
+			return nil
+		}
+		if want&mayWrite != 0 {
+			return fmt.Errorf("xattr %q of inode %d: uid %d is not root: %w", name, a.Ino, c.uid, errs.ErrNotPermitted)
+		}
+		return fmt.Errorf("xattr %q of inode %d: %w", name, a.Ino, errs.ErrNoData)
+	case bytes.HasPrefix(name, xattrSecurity):
+		if want&mayWrite != 0 && !c.root() {
+			return fmt.Errorf("xattr %q of inode %d: uid %d is not root: %w", name, a.Ino, c.uid, errs.ErrNotPermitted)
+		}
+		return nil
+	case bytes.HasPrefix(name, xattrUser):
+		if want&mayWrite != 0 {
+			if err := xattrWritable(n, name); err != nil {
+				return err
+			}
+			if isDir(a.Mode) && a.Mode&0o1000 != 0 && !c.owns(a) {
+				return fmt.Errorf("xattr %q of sticky directory %d owned by %d: uid %d: %w", name, a.Ino, a.Uid, c.uid, errs.ErrNotPermitted)
+			}
+		}
+		return c.check(a, want, "xattr")
+	}
+	return nil // validXattrName refused every other namespace
+}
+
 // xattrUsage returns the space the attributes of ino take: list is the
 // length of their names as listxattr(2) returns them (NUL-terminated),
 // total the bytes of names and values.
@@ -112,13 +160,17 @@ func (s *Server) SetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *m
 	if flags&^xattrFlagsAll != 0 {
 		return nil, fmt.Errorf("setxattr: unknown flags %#x: %w", flags&^xattrFlagsAll, errs.ErrInvalid)
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
 		}
-		if err := xattrWritable(n, name); err != nil {
+		if err := cl.xattrAccess(n, name, mayWrite); err != nil {
 			return err
 		}
 		key := xattrKey(n.Attr.Ino, name)
@@ -171,10 +223,17 @@ func (s *Server) GetXattr(ctx context.Context, req *mdspb.GetXattrRequest) (_ *m
 	if err := validXattrName(name); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.GetXattrReply
 	err = s.snapshot(func(r reader) error {
 		n, err := readInode(r, req.GetIno())
 		if err != nil {
+			return err
+		}
+		if err := cl.xattrAccess(n, name, mayRead); err != nil {
 			return err
 		}
 		v, err := getValue(r, xattrKey(n.Attr.Ino, name))
@@ -198,6 +257,10 @@ func (s *Server) ListXattr(ctx context.Context, req *mdspb.ListXattrRequest) (_ 
 		return nil, err
 	}
 	defer done(&err)
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &mdspb.ListXattrReply{}
 	err = s.snapshot(func(r reader) error {
 		n, err := readInode(r, req.GetIno())
@@ -208,6 +271,9 @@ func (s *Server) ListXattr(ctx context.Context, req *mdspb.ListXattrRequest) (_ 
 			_, name, err := decodeXattrKey(k)
 			if err != nil {
 				return false, err
+			}
+			if !cl.root() && bytes.HasPrefix(name, xattrTrusted) {
+				return true, nil // hidden from all but root, as on Linux
 			}
 			out.Names = append(out.Names, append([]byte(nil), name...))
 			return true, nil
@@ -231,13 +297,21 @@ func (s *Server) RemoveXattr(ctx context.Context, req *mdspb.RemoveXattrRequest)
 	if err := validXattrName(name); err != nil {
 		return nil, err
 	}
+	cl, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
 		}
-		if err := xattrWritable(n, name); err != nil {
+		// The kernel removes security.capability itself, with the
+		// writer's credentials, when a file that has it is written
+		// (file_remove_privs): whoever may write the file may remove it.
+		killPriv := bytes.Equal(name, xattrCaps) && cl.mayData(n.Attr, mayWrite)
+		if err := cl.xattrAccess(n, name, mayWrite); err != nil && !killPriv {
 			return err
 		}
 		key := xattrKey(n.Attr.Ino, name)

@@ -2,12 +2,17 @@ package ost
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"time"
 
+	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/pki"
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // DataListenOff as Options.DataListen turns the data path off: chunk I/O
@@ -20,7 +25,9 @@ const dataShutdownGrace = 2 * time.Second
 
 // startData binds the data path's listener and starts serving it. It
 // returns the address clients reach it at: the bound one, with
-// AdvertiseAddr's host when bound to every interface.
+// AdvertiseAddr's host when bound to every interface. With Options.Creds
+// it serves mutual TLS only, with the same certificates as gRPC (a
+// reload applies to new connections), to the roles of dataRoles.
 func (s *Server) startData() error {
 	addr := s.opts.DataListen
 	if addr == DataListenOff {
@@ -46,10 +53,17 @@ func (s *Server) startData() error {
 		}
 		advertise = net.JoinHostPort(host, fmt.Sprint(bound.Port))
 	}
+	var tlsConf *tls.Config
+	var authorize func(*x509.Certificate) error
+	if s.opts.Creds != nil {
+		tlsConf, authorize = s.opts.Creds.DataServerConfig(), authorizeData
+	}
 	srv, err := datanet.Serve(lis, datanet.ServerOptions{
-		Handler: dataHandler{s},
-		Logger:  s.log,
-		Bufs:    s.bufs,
+		Handler:   dataHandler{s},
+		Logger:    s.log,
+		Bufs:      s.bufs,
+		TLS:       tlsConf,
+		Authorize: authorize,
 	})
 	if err != nil {
 		lis.Close()
@@ -77,12 +91,35 @@ func (s *Server) stopData() error {
 // Info reports it.
 func (s *Server) DataAddr() string { return s.dataAddr }
 
-// dataHandler serves the data path with the same code as the gRPC calls.
+// authorizeData is the data path's check of a peer's certificate: the
+// users of the client library (mounts and API clients, administrators)
+// and the MDS may read and write chunks; OSTs never read or write each
+// other's.
+func authorizeData(cert *x509.Certificate) error {
+	if cert == nil {
+		return fmt.Errorf("ost: data path: no client certificate: %w", errs.ErrPermission)
+	}
+	id, ok := wire.IdentityOf(cert)
+	if !ok {
+		return fmt.Errorf("ost: data path: certificate names no Shoal role: %w", errs.ErrPermission)
+	}
+	switch id.Role {
+	case pki.RoleClient, pki.RoleAdmin, pki.RoleMDS:
+		return nil
+	}
+	return fmt.Errorf("ost: data path: %s may not read or write chunks (client, admin or mds only): %w", id, errs.ErrPermission)
+}
+
+// dataHandler serves the data path with the same code as the gRPC calls,
+// capability checks included.
 type dataHandler struct{ s *Server }
 
 func (h dataHandler) WriteChunk(ctx context.Context, req datanet.Request, data []byte) error {
 	c, err := checkChunkID(req.Extent, req.Index)
 	if err != nil {
+		return err
+	}
+	if err := h.s.checkToken(req.Cap, c.extent, capability.Write); err != nil {
 		return err
 	}
 	return h.s.writeChunk(ctx, c, data)
@@ -91,6 +128,9 @@ func (h dataHandler) WriteChunk(ctx context.Context, req datanet.Request, data [
 func (h dataHandler) ReadChunk(ctx context.Context, req datanet.Request, dst []byte) error {
 	c, err := checkChunkID(req.Extent, req.Index)
 	if err != nil {
+		return err
+	}
+	if err := h.s.checkToken(req.Cap, c.extent, capability.Read); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

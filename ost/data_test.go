@@ -43,7 +43,7 @@ func TestDataPathRoundTrip(t *testing.T) {
 		extent := uint64(2000 + i)
 		data := randBytes(size, extent)
 		// In pieces, as the client sends the cells of a data chunk.
-		if err := dc.Write(ctx, addr, extent, 1, [][]byte{data[:size/2], data[size/2:]}); err != nil {
+		if err := dc.Write(ctx, addr, extent, 1, nil, [][]byte{data[:size/2], data[size/2:]}); err != nil {
 			t.Fatalf("size %d: write: %v", size, err)
 		}
 		written += uint64(size)
@@ -62,7 +62,7 @@ func TestDataPathRoundTrip(t *testing.T) {
 				continue
 			}
 			got := make([]byte, n)
-			if err := dc.Read(ctx, addr, extent, 1, uint64(off), [][]byte{got}); err != nil {
+			if err := dc.Read(ctx, addr, extent, 1, nil, uint64(off), [][]byte{got}); err != nil {
 				t.Fatalf("size %d: read [%d,+%d): %v", size, off, n, err)
 			}
 			if !bytes.Equal(got, data[off:off+n]) {
@@ -71,7 +71,7 @@ func TestDataPathRoundTrip(t *testing.T) {
 			read += uint64(n)
 		}
 		// A rewrite with the same bytes is an idempotent success.
-		if err := dc.Write(ctx, addr, extent, 1, [][]byte{data}); err != nil {
+		if err := dc.Write(ctx, addr, extent, 1, nil, [][]byte{data}); err != nil {
 			t.Fatalf("size %d: rewrite: %v", size, err)
 		}
 	}
@@ -89,7 +89,7 @@ func TestDataPathErrors(t *testing.T) {
 	dc, addr := dataClient(t, to)
 	ctx := t.Context()
 	data := randBytes(4*testBlock, 9)
-	if err := dc.Write(ctx, addr, 7, 0, [][]byte{data}); err != nil {
+	if err := dc.Write(ctx, addr, 7, 0, nil, [][]byte{data}); err != nil {
 		t.Fatal(err)
 	}
 	buf := func(n int) [][]byte { return [][]byte{make([]byte, n)} }
@@ -100,13 +100,13 @@ func TestDataPathErrors(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"missing chunk", dc.Read(ctx, addr, 8, 0, 0, buf(10)), errs.ErrNotFound},
-		{"missing index", dc.Read(ctx, addr, 7, 1, 0, buf(10)), errs.ErrNotFound},
-		{"past the end", dc.Read(ctx, addr, 7, 0, uint64(len(data)-5), buf(10)), errs.ErrInvalid},
-		{"extent 0 read", dc.Read(ctx, addr, 0, 0, 0, buf(10)), errs.ErrInvalid},
-		{"extent 0 write", dc.Write(ctx, addr, 0, 0, [][]byte{data}), errs.ErrInvalid},
-		{"empty write", dc.Write(ctx, addr, 9, 0, nil), errs.ErrInvalid},
-		{"different bytes", dc.Write(ctx, addr, 7, 0, [][]byte{other}), errs.ErrExists},
+		{"missing chunk", dc.Read(ctx, addr, 8, 0, nil, 0, buf(10)), errs.ErrNotFound},
+		{"missing index", dc.Read(ctx, addr, 7, 1, nil, 0, buf(10)), errs.ErrNotFound},
+		{"past the end", dc.Read(ctx, addr, 7, 0, nil, uint64(len(data)-5), buf(10)), errs.ErrInvalid},
+		{"extent 0 read", dc.Read(ctx, addr, 0, 0, nil, 0, buf(10)), errs.ErrInvalid},
+		{"extent 0 write", dc.Write(ctx, addr, 0, 0, nil, [][]byte{data}), errs.ErrInvalid},
+		{"empty write", dc.Write(ctx, addr, 9, 0, nil, nil), errs.ErrInvalid},
+		{"different bytes", dc.Write(ctx, addr, 7, 0, nil, [][]byte{other}), errs.ErrExists},
 	}
 	for _, tc := range tests {
 		if !errors.Is(tc.err, tc.want) {
@@ -114,7 +114,7 @@ func TestDataPathErrors(t *testing.T) {
 		}
 	}
 	flipByte(t, to.srv.ChunkPath(7, 0), 2*testBlock+1)
-	if err := dc.Read(ctx, addr, 7, 0, 0, buf(len(data))); !errors.Is(err, errs.ErrCorrupt) {
+	if err := dc.Read(ctx, addr, 7, 0, nil, 0, buf(len(data))); !errors.Is(err, errs.ErrCorrupt) {
 		t.Errorf("read over a flipped byte: %v, want ErrCorrupt", err)
 	}
 	if got := metric(t, to.reg, "shoal_ost_corrupt_blocks_total"); got != 1 {
@@ -122,7 +122,7 @@ func TestDataPathErrors(t *testing.T) {
 	}
 	// Blocks away from it still read.
 	got := make([]byte, testBlock)
-	if err := dc.Read(ctx, addr, 7, 0, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data[:testBlock]) {
+	if err := dc.Read(ctx, addr, 7, 0, nil, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data[:testBlock]) {
 		t.Errorf("read away from the flipped byte: %v", err)
 	}
 }
@@ -202,7 +202,7 @@ func TestDirectIO(t *testing.T) {
 			// An aligned chunk: O_DIRECT when asked, so none of it is left
 			// in the page cache.
 			data := randBytes(1<<20, 5)
-			if err := dc.Write(ctx, addr, 1, 0, [][]byte{data}); err != nil {
+			if err := dc.Write(ctx, addr, 1, 0, nil, [][]byte{data}); err != nil {
 				t.Fatal(err)
 			}
 			path := to.srv.ChunkPath(1, 0)
@@ -214,7 +214,7 @@ func TestDirectIO(t *testing.T) {
 			}
 			// An unaligned chunk is written through the page cache.
 			odd := randBytes(5000, 6)
-			if err := dc.Write(ctx, addr, 2, 0, [][]byte{odd}); err != nil {
+			if err := dc.Write(ctx, addr, 2, 0, nil, [][]byte{odd}); err != nil {
 				t.Fatal(err)
 			}
 			// gRPC requests carry unaligned buffers.
@@ -230,14 +230,14 @@ func TestDirectIO(t *testing.T) {
 						continue
 					}
 					got := make([]byte, l)
-					if err := dc.Read(ctx, addr, c.extent, 0, uint64(off), [][]byte{got}); err != nil || !bytes.Equal(got, c.data[off:off+l]) {
+					if err := dc.Read(ctx, addr, c.extent, 0, nil, uint64(off), [][]byte{got}); err != nil || !bytes.Equal(got, c.data[off:off+l]) {
 						t.Fatalf("chunk %d: read [%d,+%d): %v", c.extent, off, l, err)
 					}
 				}
 			}
 			// Checksums are verified on the direct path as on the other.
 			flipByte(t, path, 70000)
-			if err := dc.Read(ctx, addr, 1, 0, 64<<10, [][]byte{make([]byte, 64<<10)}); !errors.Is(err, errs.ErrCorrupt) {
+			if err := dc.Read(ctx, addr, 1, 0, nil, 64<<10, [][]byte{make([]byte, 64<<10)}); !errors.Is(err, errs.ErrCorrupt) {
 				t.Errorf("read over a flipped byte: %v, want ErrCorrupt", err)
 			}
 		})
@@ -302,11 +302,11 @@ func TestDirectIORefused(t *testing.T) {
 	dc, addr := dataClient(t, to)
 	data := randBytes(1<<20, 3)
 	for e := uint64(1); e <= 3; e++ {
-		if err := dc.Write(t.Context(), addr, e, 0, [][]byte{data}); err != nil {
+		if err := dc.Write(t.Context(), addr, e, 0, nil, [][]byte{data}); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]byte, len(data))
-		if err := dc.Read(t.Context(), addr, e, 0, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data) {
+		if err := dc.Read(t.Context(), addr, e, 0, nil, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("read back: %v", err)
 		}
 	}
@@ -353,11 +353,11 @@ func TestDirectIOOnTmpfs(t *testing.T) {
 	t.Logf("tmpfs: direct writes %v, reads %v", to.srv.st.directWrites.Load(), to.srv.st.directReads.Load())
 	dc, addr := dataClient(t, to)
 	data := randBytes(1<<20+4096, 4)
-	if err := dc.Write(t.Context(), addr, 1, 0, [][]byte{data}); err != nil {
+	if err := dc.Write(t.Context(), addr, 1, 0, nil, [][]byte{data}); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, len(data))
-	if err := dc.Read(t.Context(), addr, 1, 0, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data) {
+	if err := dc.Read(t.Context(), addr, 1, 0, nil, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read back: %v", err)
 	}
 }

@@ -2,13 +2,19 @@ package test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/fuse"
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/test/cluster"
 )
@@ -87,5 +93,135 @@ func TestPermissionsAtMDSThroughMount(t *testing.T) {
 	setattr("grp/minedir", &mdspb.SetAttrRequest{Valid: uint32(mdspb.SetAttrBits_SETATTR_UID | mdspb.SetAttrBits_SETATTR_GID), Uid: 0, Gid: 0})
 	if out, ok := as(t, 1000, 1000, "1000,2000", "chmod 700 "+in("grp/minedir")); ok || !strings.Contains(out, "Operation not permitted") {
 		t.Errorf("chmod of a dir the MDS knows is root's: ok=%v %q", ok, out)
+	}
+}
+
+// TestPermissionsAtMDSCalls: the MDS calls that had no permission check
+// (xattrs, CommitExtents, CloneExtents, SetLayout) refuse uid 1000 what
+// POSIX refuses it, through the client library on real servers, with the
+// errors the mount turns into EACCES and EPERM.
+func TestPermissionsAtMDSCalls(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: layout.Layout{K: 2, M: 1, Unit: 4096}})
+	ctx := context.Background()
+	root := cl.Client()
+	user := client.WithUser(ctx, client.User{UID: 1000, GID: 1000})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	chmod := func(ino uint64, mode uint32) {
+		t.Helper()
+		_, err := root.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: mode})
+		must(err)
+	}
+	writeFile(t, root, "/secret", []byte("root only"))
+	writeFile(t, root, "/pub", []byte("anyone may read"))
+	secret, err := root.Stat(ctx, "/secret")
+	must(err)
+	pub, err := root.Stat(ctx, "/pub")
+	must(err)
+	chmod(secret.GetIno(), 0o600)
+	chmod(pub.GetIno(), 0o644)
+	mine, err := root.CreateIn(ctx, client.RootIno, "mine", 0o644, 1000, 1000, true)
+	must(err)
+	sticky, err := root.MkdirIn(ctx, client.RootIno, "tmp", 0o1777, 0, 0)
+	must(err)
+	chmod(sticky.GetIno(), 0o1777)
+	for _, ino := range []uint64{secret.GetIno(), pub.GetIno(), sticky.GetIno()} {
+		for _, n := range []string{"user.a", "trusted.t"} {
+			_, err := root.SetXattr(ctx, ino, n, []byte("v"), 0)
+			must(err)
+		}
+	}
+
+	type check struct {
+		what  string
+		err   error
+		want  error
+		errno syscall.Errno
+	}
+	_, getSecret := root.GetXattr(user, secret.GetIno(), "user.a")
+	_, setPub := root.SetXattr(user, pub.GetIno(), "user.b", []byte("w"), 0)
+	_, rmPub := root.RemoveXattr(user, pub.GetIno(), "user.a")
+	_, setSticky := root.SetXattr(user, sticky.GetIno(), "user.b", []byte("w"), 0)
+	_, setTrusted := root.SetXattr(user, mine.GetIno(), "trusted.x", []byte("w"), 0)
+	_, getTrusted := root.GetXattr(user, pub.GetIno(), "trusted.t")
+	_, setOwn := root.SetXattr(user, mine.GetIno(), "user.mine", []byte("w"), 0)
+	_, getPub := root.GetXattr(user, pub.GetIno(), "user.a")
+
+	// Committing root's extents into its own file would give uid 1000 read
+	// capabilities for root's 0600 data.
+	ex, err := root.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: secret.GetIno()})
+	must(err)
+	if len(ex.GetExtents()) == 0 {
+		t.Fatal("/secret has no extents")
+	}
+	_, stealExtents := root.MDS().CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: mine.GetIno(), Extents: ex.GetExtents()})
+	_, commitPub := root.MDS().CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: pub.GetIno()})
+	whole := []*mdspb.CloneRange{{Length: 0}}
+	_, cloneSecret := root.MDS().CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: secret.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
+	_, cloneIntoPub := root.MDS().CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: pub.GetIno(), Ranges: []*mdspb.CloneRange{{SrcOff: 0, DstOff: 100, Length: 1}}})
+	_, clonePub := root.MDS().CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
+	lo := &mdspb.Layout{K: 2, M: 1, Unit: 4096}
+	_, layoutDir := root.MDS().SetLayout(user, &mdspb.SetLayoutRequest{Ino: client.RootIno, Layout: lo})
+	_, layoutPub := root.MDS().SetLayout(user, &mdspb.SetLayoutRequest{Ino: pub.GetIno(), Layout: lo})
+	own, err := root.CreateIn(ctx, client.RootIno, "own-empty", 0o644, 1000, 1000, true)
+	must(err)
+	_, layoutOwn := root.MDS().SetLayout(user, &mdspb.SetLayoutRequest{Ino: own.GetIno(), Layout: lo})
+
+	for _, c := range []check{
+		{"getxattr user.* of a 0600 file", getSecret, errs.ErrPermission, syscall.EACCES},
+		{"setxattr user.* of root's 0644 file", setPub, errs.ErrPermission, syscall.EACCES},
+		{"removexattr user.* of root's 0644 file", rmPub, errs.ErrPermission, syscall.EACCES},
+		{"setxattr user.* of root's sticky directory", setSticky, errs.ErrNotPermitted, syscall.EPERM},
+		{"setxattr trusted.* of its own file", setTrusted, errs.ErrNotPermitted, syscall.EPERM},
+		{"getxattr trusted.*", getTrusted, errs.ErrNoData, syscall.ENODATA},
+		{"setxattr user.* of its own file", setOwn, nil, 0},
+		{"getxattr user.* of a 0644 file", getPub, nil, 0},
+		{"commit root's extents into its own file", stealExtents, errs.ErrPermission, syscall.EACCES},
+		{"commit to root's 0644 file", commitPub, errs.ErrPermission, syscall.EACCES},
+		{"clone from root's 0600 file", cloneSecret, errs.ErrPermission, syscall.EACCES},
+		{"clone into root's 0644 file", cloneIntoPub, errs.ErrPermission, syscall.EACCES},
+		{"clone from a 0644 file into its own", clonePub, nil, 0},
+		{"set layout of the root directory", layoutDir, errs.ErrNotPermitted, syscall.EPERM},
+		{"set layout of root's file", layoutPub, errs.ErrNotPermitted, syscall.EPERM},
+		{"set layout of its own empty file", layoutOwn, nil, 0},
+	} {
+		switch {
+		case c.want == nil && c.err != nil:
+			t.Errorf("uid 1000: %s: %v, want success", c.what, c.err)
+		case c.want != nil && !errors.Is(c.err, c.want):
+			t.Errorf("uid 1000: %s: %v, want %v", c.what, c.err, c.want)
+		case c.want != nil && fuse.ToErrno(c.err) != c.errno:
+			t.Errorf("uid 1000: %s: errno %v at the mount, want %v", c.what, fuse.ToErrno(c.err), c.errno)
+		}
+	}
+	names, err := root.ListXattr(user, pub.GetIno())
+	if err != nil || strings.Join(names, ",") != "user.a" {
+		t.Errorf("uid 1000 lists %q (%v), want only user.a (trusted.* hidden)", names, err)
+	}
+	// The clone of /pub into /mine worked: uid 1000 reads it.
+	if mf, err := root.OpenIno(user, mine.GetIno()); err != nil {
+		t.Errorf("uid 1000 opens its clone: %v", err)
+	} else {
+		got := make([]byte, 64)
+		n, err := mf.ReadAt(user, got, 0)
+		if string(got[:n]) != "anyone may read" || (err != nil && !errors.Is(err, io.EOF)) {
+			t.Errorf("uid 1000 reads its clone: %q, %v", got[:n], err)
+		}
+		mf.Close(user)
+	}
+	// A file opened by uid 1000 on root's 0644 file cannot be written.
+	f, err := root.OpenIno(user, pub.GetIno())
+	must(err)
+	if _, err := f.WriteAt(user, []byte("x"), 0); err == nil {
+		err = f.Close(user)
+		if !errors.Is(err, errs.ErrPermission) {
+			t.Errorf("uid 1000 writes root's 0644 file: close %v, want a permission error", err)
+		}
+	} else if !errors.Is(err, errs.ErrPermission) {
+		t.Errorf("uid 1000 writes root's 0644 file: %v", err)
 	}
 }

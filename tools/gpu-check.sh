@@ -26,7 +26,7 @@ CGO_ENABLED=1 go build -buildmode=c-shared -o bin/libshoalgds.so ./cmd/libshoalg
 D=${GPU_CHECK_DIR:-$(mktemp -d -t shoal-gpu-check.XXXXXX)}
 mkdir -p "$D"
 rm -rf "$D/cluster"
-bin/shoal local --dir "$D/cluster" >"$D/local.log" 2>&1 &
+bin/shoal local --insecure --dir "$D/cluster" >"$D/local.log" 2>&1 &  # plaintext: gpu-check takes no certificates yet
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$D/cluster"; }
 trap cleanup EXIT

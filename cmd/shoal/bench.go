@@ -1,8 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +22,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	o := bench.Options{}
 	var size string
 	var asJSON, markdown bool
+	var replicas int
 	cmd := &cobra.Command{
 		Use:   "bench --dir D [--mds ADDR] [--mount MNT]",
 		Short: "Measure a cluster (or a local one it starts) next to the bare disk and a loopback FUSE mount",
@@ -29,7 +39,13 @@ and stops it at the end. --mds aims the API figures at an existing
 cluster, --mount the mount figures. (Unlike other client commands, --mds
 does not default to $SHOAL_MDS, so that a plain run always measures a
 fresh local cluster.) Cold reads need root to drop the kernel caches.
-See docs/performance.md.`,
+See docs/performance.md.
+
+--mds-replicas N (N > 1) compares the MDS alone: it runs the API
+workloads of --only (default meta) against two clusters started one
+after the other under --dir, "shoal local --mds-replicas 1" and
+"shoal local --mds-replicas N", and prints their figures side by side
+as a plain table (docs/reliability.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := bench.ParseSize(size)
@@ -43,6 +59,9 @@ See docs/performance.md.`,
 			o.Progress = os.Stderr
 			ctx, stop := signalContext()
 			defer stop()
+			if replicas > 1 {
+				return benchReplicas(ctx, o, replicas, os.Stdout)
+			}
 			rep, err := bench.Run(ctx, o)
 			if rep == nil {
 				return err
@@ -79,6 +98,119 @@ See docs/performance.md.`,
 	f.BoolVar(&o.SyncNamespace, "sync-namespace", false, "start the local cluster's mount with --sync-namespace (every namespace change durable before its reply)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as a JSON array")
 	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown")
+	f.IntVar(&replicas, "mds-replicas", 1, "with N > 1: run the API workloads of --only (default meta) against a single MDS and a group of N members (shoal local --mds-replicas), side by side")
 	cmd.MarkFlagRequired("dir")
 	return cmd
+}
+
+// benchReplicas runs the API workloads of o.Only against a local cluster
+// with a single MDS and then one with an MDS group of n members, and
+// prints each figure of both side by side.
+func benchReplicas(ctx context.Context, o bench.Options, n int, w io.Writer) error {
+	if o.MDS != "" || o.Mount != "" {
+		return errors.New("--mds-replicas starts its own clusters: do not give --mds or --mount")
+	}
+	only := o.Only
+	if only == "" {
+		only = "meta"
+	}
+	if !strings.Contains(only, "api") {
+		only += ",api"
+	}
+	var reps []*bench.Report
+	for _, r := range []int{1, n} {
+		dir := filepath.Join(o.Dir, fmt.Sprintf("cluster-mds%d", r))
+		addr, stop, err := startBenchLocal(ctx, o.Binary, dir, r)
+		if err != nil {
+			return err
+		}
+		ro := o
+		ro.MDS, ro.Only, ro.Dir = addr, only, filepath.Join(o.Dir, fmt.Sprintf("run-mds%d", r))
+		fmt.Fprintf(o.Progress, "bench: %d MDS member(s) at %s\n", r, addr)
+		rep, err := bench.Run(ctx, ro)
+		serr := stop()
+		if rep == nil {
+			return errors.Join(err, serr)
+		}
+		if err != nil {
+			rep.WriteNotes(os.Stderr)
+			fmt.Fprintf(os.Stderr, "bench with %d MDS member(s): %v\n", r, err)
+		}
+		reps = append(reps, rep)
+		if !o.Keep {
+			os.RemoveAll(dir)
+			os.RemoveAll(ro.Dir)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "figure\tunit\t1 MDS\t%d members\tratio\t\n", n)
+	for _, f := range reps[0].Figures {
+		g := "-"
+		ratio := "-"
+		for _, h := range reps[1].Figures {
+			if h.Name == f.Name && h.Unit == f.Unit {
+				g = fmt.Sprintf("%.0f", h.Value)
+				if f.Value > 0 {
+					ratio = fmt.Sprintf("%.2f", h.Value/f.Value)
+				}
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t\n", f.Name, f.Unit, f.Value, g, ratio)
+	}
+	return tw.Flush()
+}
+
+// startBenchLocal runs `bin local --dir dir --mds-replicas r` (6 OSTs,
+// RS 4+2, no mount, plaintext on loopback) and returns the MDS address
+// list once dir/mds.addr is written, and a function that stops it.
+func startBenchLocal(ctx context.Context, bin, dir string, r int) (addr string, stop func() error, err error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return "", nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	logPath := dir + ".log"
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "local", "--dir", dir, "--osts", "6", "--k", "4", "--m", "2",
+		"--mds-replicas", fmt.Sprint(r), "--log-level", "warn", "--insecure") // the benchmark's clients carry no certificates
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start %s local: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() error {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			return fmt.Errorf("shoal local (%s) did not stop within 30 s of SIGINT and was killed", dir)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "mds.addr")); err == nil && strings.TrimSpace(string(b)) != "" {
+			return strings.TrimSpace(string(b)), stop, nil
+		}
+		select {
+		case err := <-exited:
+			return "", nil, fmt.Errorf("shoal local exited before it was ready (%v): see %s", err, logPath)
+		case <-ctx.Done():
+			stop()
+			return "", nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("shoal local was not ready after 2 minutes: see %s", logPath)
+		}
+	}
 }

@@ -317,6 +317,16 @@ func logLevel(cmd *cobra.Command, _ []string) []string {
 	}
 }
 
+// logFormat checks --log-format.
+func logFormat(cmd *cobra.Command, _ []string) []string {
+	switch v := flagString(cmd, "log-format"); v {
+	case "text", "json", "TEXT", "JSON":
+		return nil
+	default:
+		return []string{fmt.Sprintf("log-format: %q is neither text nor json", v)}
+	}
+}
+
 func flagString(cmd *cobra.Command, name string) string {
 	if f := cmd.Flags().Lookup(name); f != nil {
 		return f.Value.String()
@@ -327,7 +337,7 @@ func flagString(cmd *cobra.Command, name string) string {
 // The checks of each daemon.
 
 func mdsChecks() []configCheck {
-	return []configCheck{required("dir"), hostPorts(nil, "listen", "metrics"), tlsConfig, logLevel,
+	return []configCheck{required("dir"), hostPorts(nil, "listen", "metrics"), tlsConfig, logLevel, logFormat,
 		func(cmd *cobra.Command, _ []string) []string {
 			peers, id := flagString(cmd, "peers"), flagString(cmd, "id")
 			if peers == "" {
@@ -353,11 +363,11 @@ func mdsChecks() []configCheck {
 }
 
 func ostChecks() []configCheck {
-	return []configCheck{required("dir"), mdsAddrs, hostPorts([]string{"off"}, "listen", "advertise", "data-listen", "metrics"), tlsConfig, logLevel}
+	return []configCheck{required("dir"), mdsAddrs, hostPorts([]string{"off"}, "listen", "advertise", "data-listen", "metrics"), tlsConfig, logLevel, logFormat}
 }
 
 func mountChecks() []configCheck {
-	return []configCheck{mdsAddrs, hostPorts(nil, "metrics"), tlsConfig, logLevel,
+	return []configCheck{mdsAddrs, hostPorts(nil, "metrics"), tlsConfig, logLevel, logFormat,
 		func(cmd *cobra.Command, args []string) []string {
 			mp := flagString(cmd, "mountpoint")
 			if len(args) > 0 {

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // runShoal runs the shoal command line args and returns its output and
@@ -163,5 +167,40 @@ func TestConfigExamples(t *testing.T) {
 		if out, err := runShoal(t, args...); err != nil {
 			t.Errorf("tools/k8s/config.yaml %s.yaml: %v\n%s", c, err, out)
 		}
+	}
+}
+
+// TestConfigLogging: --log-level and --log-format, from flags or the
+// config file, are checked; the logger they make writes JSON lines with
+// the trace id of the request as "req".
+func TestConfigLogging(t *testing.T) {
+	dir := t.TempDir()
+	out, err := runShoal(t, "mds", "--config", writeConfig(t, "dir: "+dir+"\ninsecure: true\nlog-format: json\nlog-level: warn\n"), "--print-config")
+	if err != nil || !strings.Contains(out, "log-format: json\n") || !strings.Contains(out, "log-level: warn\n") {
+		t.Errorf("log keys in the config file: %v\n%s", err, out)
+	}
+	out, err = runShoal(t, "mds", "--config", writeConfig(t, "dir: "+dir+"\ninsecure: true\nlog-format: xml\nlog-level: loud\n"), "--print-config")
+	if err == nil || !strings.Contains(err.Error(), `log-format: "xml" is neither text nor json`) || !strings.Contains(err.Error(), `log-level: "loud" is none of`) {
+		t.Errorf("bad log keys: %v\n%s", err, out)
+	}
+	if _, err := runShoal(t, "ost", "--dir", dir, "--mds", "m:1", "--insecure", "--log-format", "yaml", "--print-config"); err == nil || !strings.Contains(err.Error(), "log-format") {
+		t.Errorf("ost --log-format yaml: %v", err)
+	}
+	// A command without a config file checks them before it runs.
+	if _, err := runShoal(t, "local", "--log-format", "xml"); err == nil || !strings.Contains(err.Error(), "log-format") {
+		t.Errorf("local --log-format xml: %v", err)
+	}
+
+	var buf bytes.Buffer
+	log := newLogger(&buf, "debug", "json")
+	log.InfoContext(wire.WithTraceID(context.Background(), "abc-1"), "hello", "ino", 7)
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["req"] != "abc-1" || line["msg"] != "hello" || line["level"] != "INFO" {
+		t.Errorf("JSON log line %q: %v", buf.String(), err)
+	}
+	buf.Reset()
+	newLogger(&buf, "error", "text").Warn("quiet")
+	if buf.Len() != 0 {
+		t.Errorf("a warning at level error: %q", buf.String())
 	}
 }

@@ -29,6 +29,7 @@ type localFlags struct {
 	osts, k, m, mdsReplicas          int
 	unit                             int64
 	debug, allowOther, syncNamespace bool
+	insecure                         bool // plaintext: no CA, no certificates
 }
 
 func newLocalCmd(g *globals) *cobra.Command {
@@ -41,6 +42,12 @@ subdirectory of --dir, and mounts the file system at --mount when given.
 It writes the MDS address to DIR/mds.addr, so that other commands can use
 --mds $(cat DIR/mds.addr). Ctrl-C unmounts and stops; running it again on
 the same --dir shows the same files.
+
+Every connection is mutual TLS (the data path included), with a CA of its
+own under DIR/tls made on the first start, and certificates for its MDS,
+OSTs and mount. DIR/tls/env sets SHOAL_CERT, SHOAL_KEY and SHOAL_CA to an
+administrator's certificate for other commands: . DIR/tls/env. With
+--insecure it serves plaintext instead, to anyone who can reach its ports.
 
 With --mds-replicas 3 the MDS is a replicated group of three members (Raft),
 member i on DIR/mds-i and its own port; DIR/mds.addr holds the comma-separated
@@ -61,6 +68,7 @@ uses the same addresses again (the group knows its members by them).`,
 	dataListenFlag(cmd, &f.dataListen, "HOST:0 each OST serves its bulk data path (chunk reads and writes on framed TCP) on, a port each (default 127.0.0.1:0; \"off\": chunk I/O over gRPC only)")
 	syncNamespaceFlag(cmd, &f.syncNamespace)
 	allowOtherFlag(cmd, &f.allowOther)
+	cmd.Flags().BoolVar(&f.insecure, "insecure", os.Getenv("SHOAL_INSECURE") == "1", "serve plaintext, without a CA or certificates: anyone who can reach the ports can read and write every file (default $SHOAL_INSECURE=1)")
 	return cmd
 }
 
@@ -86,14 +94,31 @@ func runLocal(g *globals, f *localFlags) error {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 
+	var lc *localCreds // nil: plaintext
+	var mdsCreds, ostCreds, mountCreds *wire.Creds
+	if f.insecure {
+		log.Warn("shoal local: serving PLAINTEXT (--insecure): no authentication, no encryption; anyone who can reach its ports can read and write every file")
+	} else {
+		host, _, err := net.SplitHostPort(f.listen)
+		if err != nil {
+			return fmt.Errorf("--listen %q: %w", f.listen, err)
+		}
+		if lc, err = localTLS(f.dir, host); err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		mdsCreds, ostCreds, mountCreds = lc.mds, lc.ost, lc.client
+	}
+	serveOpts := []wire.ServerOpt{wire.ServeCreds(mdsCreds), wire.ServeAuthorizer(mds.Authorize)}
+
 	mo := mds.Options{
 		Dir: filepath.Join(f.dir, "mds"), Logger: log.With("proc", "mds"),
 		Registry:      prometheus.WrapRegistererWith(prometheus.Labels{"proc": "mds"}, reg),
 		DefaultLayout: &mdspb.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)},
+		Creds:         mdsCreds,
 	}
 	var mdsAddr string
 	if f.mdsReplicas > 1 {
-		addrs, stop, err := startLocalGroup(ctx, f, mo, reg)
+		addrs, stop, err := startLocalGroup(ctx, f, mo, reg, serveOpts)
 		if err != nil {
 			return err
 		}
@@ -111,7 +136,7 @@ func runLocal(g *globals, f *localFlags) error {
 			return err
 		}
 		defer m.Close()
-		msrv, err := wire.Listen(f.listen, m.Register)
+		msrv, err := wire.Listen(f.listen, m.Register, serveOpts...)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", f.listen, err)
 		}
@@ -136,7 +161,7 @@ func runLocal(g *globals, f *localFlags) error {
 	for i := 1; i <= f.osts; i++ {
 		dir := filepath.Join(f.dir, fmt.Sprintf("ost-%02d", i))
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"proc": fmt.Sprintf("ost-%02d", i)}, reg)
-		o, srv, err := startOST(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr)
+		o, srv, err := startOSTWith(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr, ostCreds)
 		if err != nil {
 			return err
 		}
@@ -150,8 +175,15 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	fmt.Printf("shoal local: %s %s (written to %s), %d OSTs under %s, layout %v\n",
 		what, mdsAddr, filepath.Join(f.dir, "mds.addr"), f.osts, f.dir, lo)
+	insecure := ""
+	if lc != nil {
+		fmt.Printf("mutual TLS, CA in %s; other commands, as administrator: . %s\n", lc.dir, filepath.Join(lc.dir, envFile))
+	} else {
+		fmt.Printf("PLAINTEXT (--insecure); other commands need --insecure (or SHOAL_INSECURE=1)\n")
+		insecure = " --insecure"
+	}
 	if f.mount == "" {
-		fmt.Printf("ready in %s; mount with: shoal mount --mds %s MOUNTPOINT; Ctrl-C stops\n", time.Since(start).Round(time.Millisecond), mdsAddr)
+		fmt.Printf("ready in %s; mount with: shoal mount%s --mds %s MOUNTPOINT; Ctrl-C stops\n", time.Since(start).Round(time.Millisecond), insecure, mdsAddr)
 		sctx, stop := signalContext()
 		defer stop()
 		<-sctx.Done()
@@ -160,7 +192,7 @@ func runLocal(g *globals, f *localFlags) error {
 	if err := os.MkdirAll(f.mount, 0o755); err != nil {
 		return err
 	}
-	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace})
+	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds})
 	if err != nil {
 		return err
 	}
@@ -179,8 +211,8 @@ func runLocal(g *globals, f *localFlags) error {
 // later start on the same --dir, the addresses in DIR/mds.addr, since the
 // group knows its members by address. It returns the members' addresses
 // in id order once one of them serves as leader, and a function that
-// stops them all.
-func startLocalGroup(ctx context.Context, f *localFlags, mo mds.Options, reg *prometheus.Registry) (addrs []string, stop func(), err error) {
+// stops them all. The members serve with serveOpts.
+func startLocalGroup(ctx context.Context, f *localFlags, mo mds.Options, reg *prometheus.Registry, serveOpts []wire.ServerOpt) (addrs []string, stop func(), err error) {
 	n := f.mdsReplicas
 	if _, err := os.Stat(filepath.Join(f.dir, "mds")); err == nil {
 		return nil, nil, fmt.Errorf("%s holds a single MDS (mds/): it cannot become a group; use another --dir", f.dir)
@@ -236,7 +268,7 @@ func startLocalGroup(ctx context.Context, f *localFlags, mo mds.Options, reg *pr
 	// Bind every member first: a member must be reachable at its address
 	// while its Raft node starts, and a new group learns the ports here.
 	for i := range addrs {
-		b, err := wire.Bind(addrs[i])
+		b, err := wire.Bind(addrs[i], serveOpts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("MDS member %d: listen %s: %w", i+1, addrs[i], err)
 		}

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,17 +15,23 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", err)
-		os.Exit(exitCode(err))
+		code := exitCode(err)
+		if he := (*healthError)(nil); errors.As(err, &he) {
+			code = he.code // shoal admin status: its verdict
+		}
+		os.Exit(code)
 	}
 }
 
 type globals struct {
-	logLevel string
+	logLevel, logFormat string
 }
 
 func newRoot() *cobra.Command {
@@ -35,18 +43,43 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text (key=value) or json (one object a line)")
+	// Commands with a config file check the log flags with the rest of
+	// their configuration (config.go); the others check them here.
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().Lookup("config") != nil {
+			return nil
+		}
+		if p := append(logLevel(cmd, args), logFormat(cmd, args)...); len(p) > 0 {
+			return fmt.Errorf("%s", strings.Join(p, "; "))
+		}
+		return nil
+	}
 	root.AddCommand(newMDSCmd(g), newOSTCmd(g), newMountCmd(g), newLocalCmd(g), newBenchCmd(g), newAdminCmd(g))
 	root.AddCommand(newCkptCmd(g))
 	root.AddCommand(newGPUCheckCmd(g))
 	return root
 }
 
+// logger returns the logger of --log-level and --log-format, writing to
+// stderr. Lines logged with the context of a request carry its trace id
+// as "req" (wire.LogHandler). The daemons validate both flags
+// (config.go); elsewhere a bad value falls back to info and text.
 func (g *globals) logger() *slog.Logger {
+	return newLogger(os.Stderr, g.logLevel, g.logFormat)
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		lvl = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	o := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewTextHandler(w, o)
+	if strings.EqualFold(format, "json") {
+		h = slog.NewJSONHandler(w, o)
+	}
+	return slog.New(wire.LogHandler(h))
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

@@ -45,7 +45,7 @@ func newMountCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther})
+			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther, Registry: reg})
 			if err != nil {
 				return err
 			}

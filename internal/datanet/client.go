@@ -2,6 +2,7 @@ package datanet
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,12 @@ type ClientOptions struct {
 	// MaxIdleTime closes a pooled connection unused for this long
 	// (shorter than the server's IdleTimeout).
 	MaxIdleTime time.Duration
+	// TLS, when set, makes every connection TLS: it returns the
+	// configuration for a server at serverName (the host of the address
+	// dialed), such as wire.Creds.DataClientConfig. The client asks for
+	// the ALPN protocol wire.DataALPN and requires it. nil: plaintext
+	// (a cluster run --insecure).
+	TLS func(serverName string) *tls.Config
 }
 
 func (o *ClientOptions) setDefaults() {
@@ -67,9 +74,14 @@ type Client struct {
 }
 
 type clientConn struct {
-	c        net.Conn
+	c        net.Conn // the connection's I/O: TLS over raw, or raw
+	raw      net.Conn // the TCP connection, which close closes
 	lastUsed time.Time
 }
+
+// close closes the TCP connection at once: a TLS close_notify could
+// block on a peer that stopped reading.
+func (cc *clientConn) close() { cc.raw.Close() }
 
 // NewClient returns a client with no connections yet.
 func NewClient(o ClientOptions) *Client {
@@ -89,33 +101,36 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	for _, cs := range idle {
 		for _, cc := range cs {
-			cc.c.Close()
+			cc.close()
 		}
 	}
 	return nil
 }
 
 // Write stores the concatenation of data (at most MaxLength bytes) as
-// chunk (extent, index) on the server at addr. The bytes go from data to
-// the socket without a copy.
-func (c *Client) Write(ctx context.Context, addr string, extent uint64, index uint32, data [][]byte) error {
+// chunk (extent, index) on the server at addr, with capability tok (at
+// most MaxCapLength bytes; nil: none). Over plaintext the bytes go from
+// data to the socket without a copy.
+func (c *Client) Write(ctx context.Context, addr string, extent uint64, index uint32, tok []byte, data [][]byte) error {
 	var n uint64
 	for _, b := range data {
 		n += uint64(len(b))
 	}
-	req := Request{Op: OpWrite, Extent: extent, Index: index, Length: n}
+	req := Request{Op: OpWrite, Extent: extent, Index: index, Length: n, Cap: tok}
 	return c.do(ctx, addr, req, data, nil)
 }
 
 // Read reads bytes [off, off+n) of chunk (extent, index) from the server at
 // addr into dst, in order, where n is the total length of dst's slices
-// (at most MaxLength). The bytes go from the socket to dst without a copy.
-func (c *Client) Read(ctx context.Context, addr string, extent uint64, index uint32, off uint64, dst [][]byte) error {
+// (at most MaxLength), with capability tok (at most MaxCapLength bytes;
+// nil: none). Over plaintext the bytes go from the socket to dst without
+// a copy.
+func (c *Client) Read(ctx context.Context, addr string, extent uint64, index uint32, tok []byte, off uint64, dst [][]byte) error {
 	var n uint64
 	for _, b := range dst {
 		n += uint64(len(b))
 	}
-	req := Request{Op: OpRead, Extent: extent, Index: index, Offset: off, Length: n}
+	req := Request{Op: OpRead, Extent: extent, Index: index, Offset: off, Length: n, Cap: tok}
 	return c.do(ctx, addr, req, nil, dst)
 }
 
@@ -139,7 +154,7 @@ func (c *Client) do(ctx context.Context, addr string, req Request, send, recv []
 			c.put(addr, cc)
 			return err
 		}
-		cc.c.Close()
+		cc.close()
 		var ioe *ioError
 		if !errors.As(err, &ioe) {
 			return err
@@ -180,7 +195,7 @@ func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, pooled b
 	c.mu.idle[addr] = cs
 	c.mu.Unlock()
 	for _, s := range stale {
-		s.c.Close()
+		s.close()
 	}
 	if cc != nil {
 		return cc, true, nil
@@ -192,7 +207,42 @@ func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, pooled b
 		}
 		return nil, false, fmt.Errorf("datanet: dial %s: %w (%w)", addr, errs.ErrUnavailable, err)
 	}
-	return &clientConn{c: conn}, false, nil
+	if c.opts.TLS == nil {
+		return &clientConn{c: conn, raw: conn}, false, nil
+	}
+	tc, err := c.handshake(ctx, conn, addr)
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, false, fmt.Errorf("datanet: TLS to %s: %w", addr, ctx.Err())
+		}
+		return nil, false, fmt.Errorf("datanet: TLS to %s: %w (%w)", addr, errs.ErrUnavailable, err)
+	}
+	return &clientConn{c: tc, raw: conn}, false, nil
+}
+
+// handshake runs the client side of a TLS handshake on conn to addr,
+// within DialTimeout.
+func (c *Client) handshake(ctx context.Context, conn net.Conn, addr string) (*tls.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	cfg := c.opts.TLS(host).Clone()
+	if cfg == nil {
+		return nil, fmt.Errorf("no TLS configuration for %s", host)
+	}
+	cfg.NextProtos = []string{wire.DataALPN}
+	tc := tls.Client(conn, cfg)
+	hctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		return nil, err
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != wire.DataALPN {
+		return nil, fmt.Errorf("server chose protocol %q, not %q", p, wire.DataALPN)
+	}
+	return tc, nil
 }
 
 // put gives a connection whose last exchange ended cleanly back to the
@@ -206,7 +256,7 @@ func (c *Client) put(addr string, cc *clientConn) {
 		return
 	}
 	c.mu.Unlock()
-	cc.c.Close()
+	cc.close()
 }
 
 // exchange sends req (and send) on cc and reads the reply into recv. keep
@@ -237,10 +287,12 @@ func (c *Client) exchange(ctx context.Context, cc *clientConn, req Request, send
 
 // transfer is exchange without the context handling.
 func (c *Client) transfer(conn net.Conn, req Request, send, recv [][]byte) (keep bool, err error) {
-	var h [RequestSize]byte
-	req.Encode(&h)
+	// The header and the capability in one buffer: one TLS record.
+	var h [RequestSize + MaxCapLength]byte
+	req.Encode((*[RequestSize]byte)(h[:RequestSize]))
+	n := RequestSize + copy(h[RequestSize:], req.Cap)
 	out := make(net.Buffers, 0, 1+len(send))
-	out = append(out, h[:])
+	out = append(out, h[:n])
 	for _, b := range send {
 		if len(b) > 0 {
 			out = append(out, b)

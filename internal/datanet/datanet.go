@@ -1,28 +1,43 @@
 // Package datanet is Shoal's bulk data path: a framed binary protocol on
-// plain TCP for chunk writes and reads, beside the gRPC API that carries
+// TCP for chunk writes and reads, beside the gRPC API that carries
 // everything else (DESIGN.md, "Wire"; the measurement that chose it is in
 // docs/performance.md, "Data path: framed TCP and O_DIRECT").
 //
+// With ServerOptions.TLS and ClientOptions.TLS, every connection is mutual
+// TLS 1.3 with the ALPN protocol wire.DataALPN (the cluster's certificates,
+// as on gRPC; docs/security.md): a TLS server refuses a connection that
+// does not complete the handshake, and asks ServerOptions.Authorize
+// whether the peer's certificate may use the data path at all; a refused
+// peer gets a permission error for its first request, and the connection
+// is closed.
+//
 // A connection carries one request at a time. A request is a fixed
-// RequestSize-byte header (Request), followed for OpWrite by Length bytes
-// of chunk data. The reply is a fixed ReplySize-byte header (Reply),
+// RequestSize-byte header (Request), followed by the request's capability
+// (the header's cap length in bytes, at most MaxCapLength: the token the
+// MDS signed, which the handler checks; internal/capability), then for
+// OpWrite by Length bytes of chunk data. The reply is a fixed ReplySize-byte header (Reply),
 // followed by Length bytes: the chunk data of a successful OpRead, or, for
 // a failed request, a google.rpc.Status protobuf made by internal/wire's
 // ToStatus, which the client turns back into the same typed error with
 // wire.FromStatus. All integers are little endian.
 //
 //	request:  0 magic "SHDQ" | 4 version u8 | 5 op u8 | 6 flags u16 (0)
-//	          8 extent u64 | 16 index u32 | 20 reserved u32 (0)
+//	          8 extent u64 | 16 index u32 | 20 cap length u32
 //	          24 offset u64 | 32 length u64                       = 40 bytes
+//	          then cap length bytes of capability
 //	reply:    0 magic "SHDR" | 4 version u8 | 5 op u8 | 6 status u8
 //	          7 flags u8 (bit 0: the server closes the connection)
 //	          8 length u64                                        = 16 bytes
 //
+// The capability length was a reserved field (0) before capabilities: a
+// request of an older client is one without a capability, which an OST
+// that checks capabilities refuses as missing.
+//
 // A server validates every header field before it allocates anything:
 // a bad magic closes the connection without a reply; an unknown version or
-// op, non-zero reserved fields or a length over MaxLength get an error
-// reply with the close flag, and the connection is closed (the server
-// cannot know how many payload bytes follow). Errors of the request itself
+// op, non-zero flags, a capability over MaxCapLength or a length over
+// MaxLength get an error reply with the close flag, and the connection is
+// closed (the server cannot know how many bytes follow). Errors of the request itself
 // (a missing chunk, a checksum mismatch, no space) get an error reply and
 // leave the connection usable. A client closes, and never reuses, a
 // connection that saw an I/O or protocol error, a cancelled context, or a
@@ -56,6 +71,10 @@ const MaxLength = 64 << 20
 // MaxErrorLength bounds the encoded status of an error reply.
 const MaxErrorLength = 64 << 10
 
+// MaxCapLength bounds the capability of a request (internal/capability's
+// tokens are 38 bytes).
+const MaxCapLength = 256
+
 // The magics open every request and reply header.
 const (
 	requestMagic = "SHDQ"
@@ -81,16 +100,21 @@ func (o Op) String() string {
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
-// Request is a decoded request header.
+// Request is a request: its header and its capability.
 type Request struct {
 	Op     Op
 	Extent uint64
 	Index  uint32
 	Offset uint64
 	Length uint64
+	// Cap is the capability sent after the header (at most MaxCapLength
+	// bytes; empty: none). On the server it is the connection's buffer,
+	// valid only during the handler's call.
+	Cap []byte
 }
 
-// Encode writes r's header into b.
+// Encode writes r's header into b: the capability's length, not its bytes,
+// which follow the header on the wire.
 func (r Request) Encode(b *[RequestSize]byte) {
 	copy(b[0:4], requestMagic)
 	b[4] = Version
@@ -98,16 +122,20 @@ func (r Request) Encode(b *[RequestSize]byte) {
 	binary.LittleEndian.PutUint16(b[6:8], 0)
 	binary.LittleEndian.PutUint64(b[8:16], r.Extent)
 	binary.LittleEndian.PutUint32(b[16:20], r.Index)
-	binary.LittleEndian.PutUint32(b[20:24], 0)
+	binary.LittleEndian.PutUint32(b[20:24], uint32(len(r.Cap)))
 	binary.LittleEndian.PutUint64(b[24:32], r.Offset)
 	binary.LittleEndian.PutUint64(b[32:40], r.Length)
 }
 
 // Validate checks the fields of a request that the protocol itself
-// constrains: a known op, a length of at most MaxLength, no offset on a
-// write and no overflow of Offset+Length. The meaning of the chunk id and
-// range is the handler's to check.
+// constrains: a known op, a length of at most MaxLength, a capability of
+// at most MaxCapLength, no offset on a write and no overflow of
+// Offset+Length. The meaning of the chunk id, range and capability is the
+// handler's to check.
 func (r Request) Validate() error {
+	if len(r.Cap) > MaxCapLength {
+		return fmt.Errorf("datanet: capability of %d bytes, over %d: %w", len(r.Cap), MaxCapLength, errs.ErrInvalid)
+	}
 	switch r.Op {
 	case OpWrite:
 		if r.Offset != 0 {
@@ -129,23 +157,28 @@ func (r Request) Validate() error {
 // hasRequestMagic reports whether b starts like a request of any version.
 func hasRequestMagic(b *[RequestSize]byte) bool { return string(b[0:4]) == requestMagic }
 
-// DecodeRequest decodes and validates a request header. Its errors wrap
-// the sentinel of internal/errs that the error reply carries:
-// errs.ErrInvalid for a bad magic or non-zero reserved fields,
+// DecodeRequest decodes and validates a request header. It returns the
+// request without its capability, and the length of the capability that
+// follows the header (at most MaxCapLength). Its errors wrap the sentinel
+// of internal/errs that the error reply carries: errs.ErrInvalid for a bad
+// magic, non-zero flags or a capability over MaxCapLength,
 // errs.ErrNotSupported for another version or an unknown op,
 // errs.ErrTooLarge for a length over MaxLength. It never allocates more
 // than its error.
-func DecodeRequest(b *[RequestSize]byte) (Request, error) {
+func DecodeRequest(b *[RequestSize]byte) (r Request, capLen int, err error) {
 	if !hasRequestMagic(b) {
-		return Request{}, fmt.Errorf("datanet: bad request magic %q: %w", b[0:4], errs.ErrInvalid)
+		return Request{}, 0, fmt.Errorf("datanet: bad request magic %q: %w", b[0:4], errs.ErrInvalid)
 	}
 	if b[4] != Version {
-		return Request{}, fmt.Errorf("datanet: protocol version %d, this server speaks %d: %w", b[4], Version, errs.ErrNotSupported)
+		return Request{}, 0, fmt.Errorf("datanet: protocol version %d, this server speaks %d: %w", b[4], Version, errs.ErrNotSupported)
 	}
-	if f, res := binary.LittleEndian.Uint16(b[6:8]), binary.LittleEndian.Uint32(b[20:24]); f != 0 || res != 0 {
-		return Request{}, fmt.Errorf("datanet: reserved header fields set (flags %#x, %#x): %w", f, res, errs.ErrInvalid)
+	if f := binary.LittleEndian.Uint16(b[6:8]); f != 0 {
+		return Request{}, 0, fmt.Errorf("datanet: reserved header flags set (%#x): %w", f, errs.ErrInvalid)
 	}
-	r := Request{
+	if n := binary.LittleEndian.Uint32(b[20:24]); n > MaxCapLength {
+		return Request{}, 0, fmt.Errorf("datanet: capability of %d bytes, over %d: %w", n, MaxCapLength, errs.ErrInvalid)
+	}
+	r = Request{
 		Op:     Op(b[5]),
 		Extent: binary.LittleEndian.Uint64(b[8:16]),
 		Index:  binary.LittleEndian.Uint32(b[16:20]),
@@ -153,9 +186,9 @@ func DecodeRequest(b *[RequestSize]byte) (Request, error) {
 		Length: binary.LittleEndian.Uint64(b[32:40]),
 	}
 	if err := r.Validate(); err != nil {
-		return Request{}, err
+		return Request{}, 0, err
 	}
-	return r, nil
+	return r, int(binary.LittleEndian.Uint32(b[20:24])), nil
 }
 
 // Reply status values.

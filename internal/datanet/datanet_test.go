@@ -90,7 +90,7 @@ func (h *memHandler) ReadChunk(ctx context.Context, req Request, dst []byte) err
 
 // serve starts a server with h on loopback, shut down at the end of the
 // test.
-func serve(t *testing.T, h Handler) *Server {
+func serve(t testing.TB, h Handler) *Server {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,17 +125,64 @@ func (c *Client) idleConns(addr string) int {
 	return len(c.mu.idle[addr])
 }
 
+// sameRequest reports whether a and b are equal, capabilities compared by
+// their bytes (nil and empty alike).
+func sameRequest(a, b Request) bool {
+	return a.Op == b.Op && a.Extent == b.Extent && a.Index == b.Index &&
+		a.Offset == b.Offset && a.Length == b.Length && bytes.Equal(a.Cap, b.Cap)
+}
+
+// readRequest reads one request and its capability from conn, as a
+// server does.
+func readRequest(conn net.Conn) (Request, error) {
+	var h [RequestSize]byte
+	if _, err := io.ReadFull(conn, h[:]); err != nil {
+		return Request{}, err
+	}
+	req, capLen, err := DecodeRequest(&h)
+	if err != nil {
+		return Request{}, err
+	}
+	req.Cap = make([]byte, capLen)
+	_, err = io.ReadFull(conn, req.Cap)
+	return req, err
+}
+
 func TestHeaderRoundTrip(t *testing.T) {
 	for _, r := range []Request{
 		{Op: OpWrite, Extent: 1, Index: 0, Length: 4096},
 		{Op: OpRead, Extent: ^uint64(0), Index: ^uint32(0), Offset: 1 << 40, Length: MaxLength},
 		{Op: OpRead, Extent: 7, Index: 3},
+		{Op: OpWrite, Extent: 9, Index: 2, Length: 4096, Cap: randBytes(38, 1)},
+		{Op: OpRead, Extent: 9, Index: 5, Offset: 4096, Length: 100, Cap: randBytes(MaxCapLength, 2)},
+		{Op: OpRead, Extent: 9, Cap: []byte{0}},
 	} {
+		if err := r.Validate(); err != nil {
+			t.Errorf("Validate(%+v): %v", r, err)
+		}
 		var b [RequestSize]byte
 		r.Encode(&b)
-		got, err := DecodeRequest(&b)
-		if err != nil || got != r {
-			t.Errorf("DecodeRequest(Encode(%+v)) = %+v, %v", r, got, err)
+		if n := binary.LittleEndian.Uint32(b[20:24]); n != uint32(len(r.Cap)) {
+			t.Errorf("Encode(%+v) writes capability length %d", r, n)
+		}
+		got, capLen, err := DecodeRequest(&b)
+		if err != nil || capLen != len(r.Cap) {
+			t.Errorf("DecodeRequest(Encode(%+v)) = %+v, capability length %d, %v", r, got, capLen, err)
+			continue
+		}
+		if got.Cap != nil {
+			t.Errorf("DecodeRequest returned capability bytes %x from a header", got.Cap)
+		}
+		// On the wire: the header, then the capability.
+		a, b2 := net.Pipe()
+		go func() {
+			defer a.Close()
+			a.Write(append(b[:], r.Cap...))
+		}()
+		wired, err := readRequest(b2)
+		b2.Close()
+		if err != nil || !sameRequest(wired, r) {
+			t.Errorf("round trip of %+v: %+v, %v", r, wired, err)
 		}
 	}
 	for _, r := range []Reply{
@@ -168,7 +215,8 @@ func TestDecodeRequestRejects(t *testing.T) {
 		{"op 0", func(b *[RequestSize]byte) { b[5] = 0 }, errs.ErrNotSupported},
 		{"op 9", func(b *[RequestSize]byte) { b[5] = 9 }, errs.ErrNotSupported},
 		{"flags", func(b *[RequestSize]byte) { b[6] = 1 }, errs.ErrInvalid},
-		{"reserved", func(b *[RequestSize]byte) { b[23] = 1 }, errs.ErrInvalid},
+		{"capability over MaxCapLength", func(b *[RequestSize]byte) { binary.LittleEndian.PutUint32(b[20:], MaxCapLength+1) }, errs.ErrInvalid},
+		{"huge capability", func(b *[RequestSize]byte) { b[23] = 1 }, errs.ErrInvalid},
 		{"length", func(b *[RequestSize]byte) { binary.LittleEndian.PutUint64(b[32:], MaxLength+1) }, errs.ErrTooLarge},
 		{"huge length", func(b *[RequestSize]byte) { binary.LittleEndian.PutUint64(b[32:], ^uint64(0)) }, errs.ErrTooLarge},
 		{"read overflow", func(b *[RequestSize]byte) { binary.LittleEndian.PutUint64(b[24:], ^uint64(0)-10) }, errs.ErrInvalid},
@@ -177,13 +225,20 @@ func TestDecodeRequestRejects(t *testing.T) {
 	for _, tc := range tests {
 		b := valid()
 		tc.patch(&b)
-		if _, err := DecodeRequest(&b); !errors.Is(err, tc.want) {
+		if _, _, err := DecodeRequest(&b); !errors.Is(err, tc.want) {
 			t.Errorf("%s: DecodeRequest = %v, want %v", tc.name, err, tc.want)
 		}
 	}
 	b := valid()
+	binary.LittleEndian.PutUint32(b[20:], MaxCapLength)
+	if _, n, err := DecodeRequest(&b); err != nil || n != MaxCapLength {
+		t.Errorf("a capability of MaxCapLength: %d, %v", n, err)
+	}
 	if n := testing.AllocsPerRun(100, func() { DecodeRequest(&b) }); n != 0 {
 		t.Errorf("DecodeRequest of a valid header allocates %v times", n)
+	}
+	if err := (Request{Op: OpRead, Extent: 1, Cap: make([]byte, MaxCapLength+1)}).Validate(); !errors.Is(err, errs.ErrInvalid) {
+		t.Errorf("Validate of a capability over MaxCapLength: %v", err)
 	}
 }
 
@@ -219,25 +274,25 @@ func TestRoundTrip(t *testing.T) {
 		data := randBytes(n, uint64(i))
 		// Send it as pieces, as the client's encoder does.
 		parts := [][]byte{data[:n/3], nil, data[n/3 : n/2], data[n/2:]}
-		if err := c.Write(ctx, addr, uint64(i+1), 2, parts); err != nil {
+		if err := c.Write(ctx, addr, uint64(i+1), 2, nil, parts); err != nil {
 			t.Fatalf("write %d bytes: %v", n, err)
 		}
 		got := make([]byte, n)
-		if err := c.Read(ctx, addr, uint64(i+1), 2, 0, [][]byte{got[:100], got[100:]}); err != nil {
+		if err := c.Read(ctx, addr, uint64(i+1), 2, nil, 0, [][]byte{got[:100], got[100:]}); err != nil {
 			t.Fatalf("read %d bytes: %v", n, err)
 		}
 		if !bytes.Equal(got, data) {
 			t.Fatalf("read back %d bytes: differ", n)
 		}
 		part := make([]byte, n/4)
-		if err := c.Read(ctx, addr, uint64(i+1), 2, uint64(n/2), [][]byte{part}); err != nil {
+		if err := c.Read(ctx, addr, uint64(i+1), 2, nil, uint64(n/2), [][]byte{part}); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(part, data[n/2:n/2+n/4]) {
 			t.Fatalf("range read differs")
 		}
 	}
-	if err := c.Read(ctx, addr, 1, 2, 0, nil); err != nil {
+	if err := c.Read(ctx, addr, 1, 2, nil, 0, nil); err != nil {
 		t.Errorf("read of 0 bytes: %v", err)
 	}
 	// Sequential requests share one connection.
@@ -256,12 +311,12 @@ func TestConcurrentRequests(t *testing.T) {
 	for i := range 16 {
 		wg.Go(func() {
 			data := randBytes(64<<10, uint64(i))
-			if err := c.Write(t.Context(), addr, uint64(i+1), 0, [][]byte{data}); err != nil {
+			if err := c.Write(t.Context(), addr, uint64(i+1), 0, nil, [][]byte{data}); err != nil {
 				t.Error(err)
 				return
 			}
 			got := make([]byte, len(data))
-			if err := c.Read(t.Context(), addr, uint64(i+1), 0, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data) {
+			if err := c.Read(t.Context(), addr, uint64(i+1), 0, nil, 0, [][]byte{got}); err != nil || !bytes.Equal(got, data) {
 				t.Errorf("chunk %d: %v", i, err)
 			}
 		})
@@ -281,8 +336,8 @@ func TestErrorsCrossTyped(t *testing.T) {
 	addr := s.Addr().String()
 	for _, sentinel := range errs.All {
 		h.setFail(fmt.Errorf("chunk 1.0 says: %w", sentinel))
-		werr := c.Write(t.Context(), addr, 1, 0, [][]byte{make([]byte, 4096)})
-		rerr := c.Read(t.Context(), addr, 1, 0, 0, [][]byte{make([]byte, 4096)})
+		werr := c.Write(t.Context(), addr, 1, 0, nil, [][]byte{make([]byte, 4096)})
+		rerr := c.Read(t.Context(), addr, 1, 0, nil, 0, [][]byte{make([]byte, 4096)})
 		for _, err := range []error{werr, rerr} {
 			if !errors.Is(err, sentinel) {
 				t.Errorf("handler error %v came back as %v", sentinel, err)
@@ -295,11 +350,11 @@ func TestErrorsCrossTyped(t *testing.T) {
 		}
 	}
 	h.setFail(context.DeadlineExceeded)
-	if err := c.Write(t.Context(), addr, 1, 0, [][]byte{make([]byte, 4096)}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := c.Write(t.Context(), addr, 1, 0, nil, [][]byte{make([]byte, 4096)}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline error came back as %v", err)
 	}
 	h.setFail(errors.New("something else"))
-	err := c.Write(t.Context(), addr, 1, 0, [][]byte{make([]byte, 4096)})
+	err := c.Write(t.Context(), addr, 1, 0, nil, [][]byte{make([]byte, 4096)})
 	if err == nil || errors.Is(err, errs.ErrUnavailable) || errors.Is(err, errs.ErrInvalid) {
 		t.Errorf("untyped error came back as %v", err)
 	}
@@ -374,6 +429,18 @@ func TestBadHeaders(t *testing.T) {
 		}
 		wantClosed(t, conn)
 	})
+	t.Run("oversized capability", func(t *testing.T) {
+		var b [RequestSize]byte
+		Request{Op: OpRead, Extent: 1, Length: 4096}.Encode(&b)
+		binary.LittleEndian.PutUint32(b[20:], MaxCapLength+1)
+		// The header alone: the server refuses it before reading more.
+		conn := rawConn(t, addr, b[:])
+		r, err := readReply(t, conn)
+		if !errors.Is(err, errs.ErrInvalid) || !r.Close {
+			t.Errorf("oversized capability: reply %+v, %v; want ErrInvalid and close", r, err)
+		}
+		wantClosed(t, conn)
+	})
 	t.Run("oversized length", func(t *testing.T) {
 		var b [RequestSize]byte
 		Request{Op: OpWrite, Extent: 1, Length: 4096}.Encode(&b)
@@ -396,7 +463,7 @@ func TestBadHeaders(t *testing.T) {
 	}
 	t.Run("server still serves", func(t *testing.T) {
 		c := newClient(t)
-		if err := c.Write(t.Context(), addr, 5, 0, [][]byte{make([]byte, 8192)}); err != nil {
+		if err := c.Write(t.Context(), addr, 5, 0, nil, [][]byte{make([]byte, 8192)}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -405,7 +472,7 @@ func TestBadHeaders(t *testing.T) {
 func TestClientRefusesBadRequests(t *testing.T) {
 	c := newClient(t)
 	// No server at this address: the client must refuse before dialing.
-	if err := c.Read(t.Context(), "127.0.0.1:1", 1, 0, 0, [][]byte{make([]byte, MaxLength+1)}); !errors.Is(err, errs.ErrTooLarge) {
+	if err := c.Read(t.Context(), "127.0.0.1:1", 1, 0, nil, 0, [][]byte{make([]byte, MaxLength+1)}); !errors.Is(err, errs.ErrTooLarge) {
 		t.Errorf("read over MaxLength: %v", err)
 	}
 }
@@ -420,7 +487,7 @@ func TestCancelMidTransfer(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- c.Write(ctx, addr, 1, 0, [][]byte{make([]byte, 1<<20)}) }()
+	go func() { done <- c.Write(ctx, addr, 1, 0, nil, [][]byte{make([]byte, 1<<20)}) }()
 	for h.calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -436,7 +503,7 @@ func TestCancelMidTransfer(t *testing.T) {
 
 	tctx, tcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer tcancel()
-	err := c.Read(tctx, addr, 1, 0, 0, [][]byte{make([]byte, 4096)})
+	err := c.Read(tctx, addr, 1, 0, nil, 0, [][]byte{make([]byte, 4096)})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("read past its deadline: %v, want context.DeadlineExceeded", err)
 	}
@@ -445,7 +512,7 @@ func TestCancelMidTransfer(t *testing.T) {
 	}
 	close(block)
 	// A fresh connection works.
-	if err := c.Write(t.Context(), addr, 2, 0, [][]byte{make([]byte, 4096)}); err != nil {
+	if err := c.Write(t.Context(), addr, 2, 0, nil, [][]byte{make([]byte, 4096)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -457,11 +524,10 @@ func TestCancelMidPayload(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	f := startFake(t, func(_ int64, conn net.Conn) {
-		var h [RequestSize]byte
-		if _, err := io.ReadFull(conn, h[:]); err != nil {
+		req, err := readRequest(conn)
+		if err != nil {
 			return
 		}
-		req, _ := DecodeRequest(&h)
 		if req.Op == OpRead {
 			var rh [ReplySize]byte
 			Reply{Op: OpRead, Length: req.Length}.Encode(&rh)
@@ -477,10 +543,10 @@ func TestCancelMidPayload(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"write", func(ctx context.Context) error {
-			return c.Write(ctx, addr, 1, 0, [][]byte{make([]byte, 48<<20)})
+			return c.Write(ctx, addr, 1, 0, nil, [][]byte{make([]byte, 48<<20)})
 		}},
 		{"read", func(ctx context.Context) error {
-			return c.Read(ctx, addr, 1, 0, 0, [][]byte{make([]byte, 8<<20)})
+			return c.Read(ctx, addr, 1, 0, nil, 0, [][]byte{make([]byte, 8<<20)})
 		}},
 	} {
 		ctx, cancel := context.WithCancel(t.Context())
@@ -545,11 +611,7 @@ func startFake(t *testing.T, serve func(n int64, conn net.Conn)) *fakeServer {
 // conn fails or stop says so.
 func answer(conn net.Conn, reply func(req Request) []byte, stop func(i int) bool) {
 	for i := 0; !stop(i); i++ {
-		var h [RequestSize]byte
-		if _, err := io.ReadFull(conn, h[:]); err != nil {
-			return
-		}
-		req, err := DecodeRequest(&h)
+		req, err := readRequest(conn)
 		if err != nil {
 			return
 		}
@@ -608,11 +670,11 @@ func TestConnectionNotReusedAfterError(t *testing.T) {
 			})
 			c := newClient(t)
 			addr := f.lis.Addr().String()
-			err := c.Read(t.Context(), addr, 1, 0, 0, [][]byte{make([]byte, 4096)})
+			err := c.Read(t.Context(), addr, 1, 0, nil, 0, [][]byte{make([]byte, 4096)})
 			if !errors.Is(err, tc.wantErr) {
 				t.Errorf("first read: %v, want %v", err, tc.wantErr)
 			}
-			if err := c.Read(t.Context(), addr, 1, 0, 0, [][]byte{make([]byte, 4096)}); err != nil {
+			if err := c.Read(t.Context(), addr, 1, 0, nil, 0, [][]byte{make([]byte, 4096)}); err != nil {
 				t.Fatalf("second read: %v", err)
 			}
 			if n := f.accepted.Load(); n != 2 {
@@ -633,7 +695,7 @@ func TestStalePooledConnection(t *testing.T) {
 	c := newClient(t)
 	addr := f.lis.Addr().String()
 	for i := range 3 {
-		if err := c.Write(t.Context(), addr, 1, 0, [][]byte{make([]byte, 4096)}); err != nil {
+		if err := c.Write(t.Context(), addr, 1, 0, nil, [][]byte{make([]byte, 4096)}); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 		time.Sleep(20 * time.Millisecond) // let the server's close arrive
@@ -651,7 +713,7 @@ func TestUnreachable(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 	c := newClient(t)
-	if err := c.Write(t.Context(), addr, 1, 0, [][]byte{make([]byte, 4096)}); !errors.Is(err, errs.ErrUnavailable) {
+	if err := c.Write(t.Context(), addr, 1, 0, nil, [][]byte{make([]byte, 4096)}); !errors.Is(err, errs.ErrUnavailable) {
 		t.Errorf("write to a closed port: %v, want ErrUnavailable", err)
 	}
 	// A server that drops the connection mid-request.
@@ -659,7 +721,7 @@ func TestUnreachable(t *testing.T) {
 		var h [RequestSize]byte
 		io.ReadFull(conn, h[:])
 	})
-	if err := c.Read(t.Context(), f.lis.Addr().String(), 1, 0, 0, [][]byte{make([]byte, 4096)}); !errors.Is(err, errs.ErrUnavailable) {
+	if err := c.Read(t.Context(), f.lis.Addr().String(), 1, 0, nil, 0, [][]byte{make([]byte, 4096)}); !errors.Is(err, errs.ErrUnavailable) {
 		t.Errorf("read from a server that hangs up: %v, want ErrUnavailable", err)
 	}
 }
@@ -672,13 +734,13 @@ func TestShutdownWaitsForRequests(t *testing.T) {
 	// One idle connection, one busy.
 	idle := NewClient(ClientOptions{})
 	defer idle.Close()
-	if err := idle.Write(t.Context(), addr, 9, 0, [][]byte{make([]byte, 4096)}); err != nil {
+	if err := idle.Write(t.Context(), addr, 9, 0, nil, [][]byte{make([]byte, 4096)}); err != nil {
 		t.Fatal(err)
 	}
 	block := make(chan struct{})
 	h.setBlock(block)
 	done := make(chan error, 1)
-	go func() { done <- c.Write(t.Context(), addr, 1, 0, [][]byte{make([]byte, 4096)}) }()
+	go func() { done <- c.Write(t.Context(), addr, 1, 0, nil, [][]byte{make([]byte, 4096)}) }()
 	for h.calls.Load() < 2 {
 		time.Sleep(time.Millisecond)
 	}
@@ -710,7 +772,7 @@ func TestShutdownGivesUp(t *testing.T) {
 	s := serve(t, h)
 	c := newClient(t)
 	done := make(chan error, 1)
-	go func() { done <- c.Write(t.Context(), s.Addr().String(), 1, 0, [][]byte{make([]byte, 4096)}) }()
+	go func() { done <- c.Write(t.Context(), s.Addr().String(), 1, 0, nil, [][]byte{make([]byte, 4096)}) }()
 	for h.calls.Load() < 1 {
 		time.Sleep(time.Millisecond)
 	}
@@ -756,15 +818,25 @@ func FuzzDecodeHeader(f *testing.F) {
 	f.Add(rq[:])
 	Request{Op: OpRead, Extent: 0xab, Index: 3, Offset: 1 << 20, Length: 1 << 20}.Encode(&rq)
 	f.Add(rq[:])
+	// With a capability after the header.
+	tok := bytes.Repeat([]byte{0xca}, 38)
+	Request{Op: OpRead, Extent: 0xab, Index: 1, Length: 4096, Cap: tok}.Encode(&rq)
+	f.Add(append(rq[:], tok...))
 	var rp [ReplySize]byte
 	Reply{Op: OpRead, Length: 4096}.Encode(&rp)
 	f.Add(rp[:])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) >= RequestSize {
 			h := [RequestSize]byte(b[:RequestSize])
-			if r, err := DecodeRequest(&h); err == nil {
-				if r.Length > MaxLength || r.Validate() != nil {
-					t.Fatalf("DecodeRequest accepted %+v", r)
+			if r, capLen, err := DecodeRequest(&h); err == nil {
+				if r.Length > MaxLength || r.Validate() != nil || capLen < 0 || capLen > MaxCapLength || r.Cap != nil {
+					t.Fatalf("DecodeRequest accepted %+v with a capability of %d bytes", r, capLen)
+				}
+				// The capability that follows, as much of it as b holds.
+				r.Cap = make([]byte, capLen)
+				copy(r.Cap, b[RequestSize:])
+				if r.Validate() != nil {
+					t.Fatalf("DecodeRequest accepted %+v, invalid with its capability", r)
 				}
 				var again [RequestSize]byte
 				r.Encode(&again)

@@ -2,6 +2,8 @@ package datanet
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +21,8 @@ import (
 )
 
 // Handler serves the requests of a Server. Its errors wrap the sentinels
-// of internal/errs; they reach the client as the same typed errors.
+// of internal/errs; they reach the client as the same typed errors. The
+// handler checks req.Cap, the request's capability.
 type Handler interface {
 	// WriteChunk stores data (req.Length bytes, Align-aligned) as chunk
 	// (req.Extent, req.Index) and returns when it is durable. data is the
@@ -38,6 +41,9 @@ const (
 	DefaultMaxBytesInUse = 512 << 20
 )
 
+// handshakeTimeout bounds a TLS handshake of the server.
+const handshakeTimeout = 10 * time.Second
+
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	Handler Handler      // required
@@ -53,6 +59,18 @@ type ServerOptions struct {
 	MaxBytesInUse int64
 	// Bufs recycles payload buffers; nil gives the server a pool of its own.
 	Bufs *BufPool
+	// TLS, when set, serves TLS only (wire.Creds.DataServerConfig:
+	// TLS 1.3, a client certificate from the cluster CA required, ALPN
+	// wire.DataALPN). A connection that does not complete the handshake
+	// or negotiate wire.DataALPN is closed without a reply. nil serves
+	// plaintext (a cluster run --insecure).
+	TLS *tls.Config
+	// Authorize, when set with TLS, decides whether the peer of a
+	// connection may use the data path, from its verified certificate
+	// (nil when the configuration verified none). A refused peer's first
+	// request gets the error (wrapping errs.ErrPermission, say) with the
+	// close flag, without reaching the Handler.
+	Authorize func(cert *x509.Certificate) error
 }
 
 func (o *ServerOptions) setDefaults() error {
@@ -102,7 +120,7 @@ type Server struct {
 
 // serverConn is one accepted connection.
 type serverConn struct {
-	c  net.Conn
+	c  net.Conn // the TCP connection: Shutdown and Close close it, not its TLS
 	mu struct {
 		sync.Mutex
 		busy   bool // a request is being served
@@ -224,10 +242,30 @@ func (s *Server) serveConn(sc *serverConn) {
 	if tc, ok := sc.c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	conn := sc.c
+	var denied error // the peer may not use the data path (Authorize)
+	if s.opts.TLS != nil {
+		tc, err := s.handshake(sc.c)
+		if err != nil {
+			s.log.Info("data path: refused a connection", "remote", sc.c.RemoteAddr().String(), "err", err)
+			return
+		}
+		conn = tc
+		if s.opts.Authorize != nil {
+			var cert *x509.Certificate
+			if ch := tc.ConnectionState().VerifiedChains; len(ch) > 0 && len(ch[0]) > 0 {
+				cert = ch[0][0]
+			}
+			if denied = s.opts.Authorize(cert); denied != nil {
+				s.log.Warn("data path: refused a certificate", "remote", sc.c.RemoteAddr().String(), "err", denied)
+			}
+		}
+	}
 	var hdr [RequestSize]byte
+	capBuf := make([]byte, MaxCapLength) // the requests' capabilities, in turn
 	for {
 		sc.c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
-		if _, err := io.ReadFull(sc.c, hdr[:]); err != nil {
+		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.log.Debug("data path: connection closed", "remote", sc.c.RemoteAddr().String(), "err", err)
 			}
@@ -241,7 +279,7 @@ func (s *Server) serveConn(sc *serverConn) {
 		sc.mu.busy = true
 		sc.mu.Unlock()
 
-		keep := s.serveRequest(sc.c, &hdr)
+		keep := s.serveRequest(conn, &hdr, capBuf, denied)
 
 		// Idle first, then look for a Shutdown: one that saw this
 		// connection busy left it to be closed here.
@@ -257,19 +295,53 @@ func (s *Server) serveConn(sc *serverConn) {
 	}
 }
 
-// serveRequest serves the request whose header is in hdr and reports
-// whether the connection can carry another one.
-func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte) (keep bool) {
+// handshake runs the server side of a TLS handshake on c and checks that
+// it chose the data path's protocol.
+func (s *Server) handshake(c net.Conn) (*tls.Conn, error) {
+	tc := tls.Server(c, s.opts.TLS)
+	c.SetDeadline(time.Now().Add(min(handshakeTimeout, s.opts.IOTimeout)))
+	if err := tc.HandshakeContext(s.ctx); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != wire.DataALPN {
+		return nil, fmt.Errorf("TLS: protocol %q, not %q", p, wire.DataALPN)
+	}
+	c.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// serveRequest serves the request whose header is in hdr, reading its
+// capability into capBuf, and reports whether the connection can carry
+// another one. A non-nil denied refuses it (and the connection).
+func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte, capBuf []byte, denied error) (keep bool) {
 	if !hasRequestMagic(hdr) {
 		s.log.Warn("data path: bad magic; closing the connection", "remote", c.RemoteAddr().String())
 		return false
 	}
 	c.SetDeadline(time.Now().Add(s.opts.IOTimeout))
-	req, err := DecodeRequest(hdr)
+	req, capLen, err := DecodeRequest(hdr)
 	if err != nil {
 		// The payload's length cannot be trusted: reply, then close.
 		s.log.Warn("data path: bad request header; closing the connection", "remote", c.RemoteAddr().String(), "err", err)
 		s.replyError(c, Op(hdr[5]), err, true)
+		return false
+	}
+	if capLen > 0 {
+		if _, err := io.ReadFull(c, capBuf[:capLen]); err != nil {
+			s.log.Debug("data path: capability", "remote", c.RemoteAddr().String(), "err", err)
+			return false
+		}
+		req.Cap = capBuf[:capLen]
+	}
+	if denied != nil {
+		// Skip the payload, so that the client reads the reply rather
+		// than a reset, then refuse and close.
+		if req.Op == OpWrite {
+			if _, err := io.CopyN(io.Discard, c, int64(req.Length)); err != nil {
+				return false
+			}
+		}
+		s.replyError(c, req.Op, denied, true)
 		return false
 	}
 	n := int(req.Length)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"log/slog"
 
 	"google.golang.org/grpc"
 )
@@ -30,6 +31,7 @@ type ServerOpt func(*serverOpts)
 type serverOpts struct {
 	creds     *Creds
 	authorize Authorizer
+	log       *slog.Logger // ServeLogger (reqid.go); nil: calls are not logged
 }
 
 // Authorizer decides whether the caller of a gRPC method (its full name,

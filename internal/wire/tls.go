@@ -131,8 +131,18 @@ func (c *Creds) current() (*tls.Certificate, *x509.CertPool) {
 }
 
 // ServerConfig is the TLS configuration of a server: TLS 1.3, a client
-// certificate from the cluster CA required.
-func (c *Creds) ServerConfig() *tls.Config {
+// certificate from the cluster CA required. Each handshake takes the
+// certificate and CA loaded at that moment, so that Reload applies to
+// new connections.
+func (c *Creds) ServerConfig() *tls.Config { return c.serverConfig(false, "h2", DataALPN) }
+
+// DataServerConfig is ServerConfig for the chunk data path
+// (internal/datanet): its only ALPN protocol is DataALPN, so that a
+// client of another protocol fails the handshake, and its records are
+// full-size from the first byte (bulk transfers, no latency to save).
+func (c *Creds) DataServerConfig() *tls.Config { return c.serverConfig(true, DataALPN) }
+
+func (c *Creds) serverConfig(bulk bool, protos ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -142,7 +152,9 @@ func (c *Creds) ServerConfig() *tls.Config {
 				Certificates: []tls.Certificate{*cert},
 				ClientCAs:    pool,
 				ClientAuth:   tls.RequireAndVerifyClientCert,
-				NextProtos:   []string{"h2", DataALPN},
+				NextProtos:   protos,
+				// Bulk transfers: full-size records from the first byte.
+				DynamicRecordSizingDisabled: bulk,
 			}, nil
 		},
 	}
@@ -151,6 +163,16 @@ func (c *Creds) ServerConfig() *tls.Config {
 // DataALPN is the ALPN protocol name of the chunk data path
 // (internal/datanet) when it runs over TLS.
 const DataALPN = "shoal-data"
+
+// DataClientConfig is ClientConfig for a connection to the chunk data
+// path of the server at serverName: it asks for DataALPN, and its records
+// are full-size from the first byte.
+func (c *Creds) DataClientConfig(serverName string) *tls.Config {
+	cfg := c.ClientConfig(serverName)
+	cfg.NextProtos = []string{DataALPN}
+	cfg.DynamicRecordSizingDisabled = true
+	return cfg
+}
 
 // ClientConfig is the TLS configuration of a client connection to the
 // server at serverName (a host name or IP address, which its certificate

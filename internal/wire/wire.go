@@ -174,8 +174,10 @@ func ServerOptions(opts ...ServerOpt) []grpc.ServerOption {
 	for _, o := range opts {
 		o(&so)
 	}
-	unary := []grpc.UnaryServerInterceptor{UnaryServerInterceptor}
-	var stream []grpc.StreamServerInterceptor
+	// The trace id (reqid.go) first, so that it is in the context of
+	// everything after it and its log sees the final status.
+	unary := []grpc.UnaryServerInterceptor{traceIDUnaryServer(so.log), UnaryServerInterceptor}
+	stream := []grpc.StreamServerInterceptor{traceIDStreamServer(so.log)}
 	if so.authorize != nil {
 		unary = append(unary, authorizeUnary(so.authorize))
 		stream = append(stream, authorizeStream(so.authorize))
@@ -219,7 +221,8 @@ func Dial(addr string, opts ...DialOption) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(tc),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMsgSize), grpc.MaxCallSendMsgSize(MaxMsgSize)),
-		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{UnaryClientInterceptor}, do.unary...)...),
+		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{UnaryClientInterceptor, traceIDUnaryClient}, do.unary...)...),
+		grpc.WithChainStreamInterceptor(traceIDStreamClient),
 		grpc.WithInitialWindowSize(8<<20),
 		grpc.WithInitialConnWindowSize(32<<20),
 		grpc.WithReadBufferSize(1<<20),

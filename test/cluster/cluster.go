@@ -79,6 +79,10 @@ type Options struct {
 	// and log settings; zero values take the MDS's defaults. ID, Peers
 	// and Join are set per member.
 	MDSRaft mds.RaftOptions
+	// MDSPeerProxy puts a TCP proxy between each pair of members of a
+	// replicated MDS, so that a test can cut members off from each other
+	// (Partition, Heal; proxy.go).
+	MDSPeerProxy bool
 	// Registry, when set, receives the metrics of the MDS and of every
 	// OST (labelled ost="N"). Servers register when they start, so a test
 	// that restarts them must not set it. Clients register in
@@ -101,7 +105,8 @@ type Cluster struct {
 	osts    []*OST
 	clients []*client.Client
 	mounts  []unmounter
-	tls     *clusterTLS // nil when Insecure
+	tls     *clusterTLS  // nil when Insecure
+	proxies *peerProxies // Options.MDSPeerProxy
 }
 
 // OST is one object storage target of the cluster.

@@ -28,6 +28,9 @@ func (c *Cluster) MountWith(fo fuse.Options) string {
 	o := c.opts.Client
 	o.EarlyNamespaceReplies = !c.opts.SyncNamespace
 	fo.Client, fo.Logger, fo.AllowOther = c.clientWith(o), c.log.With("proc", "fuse"), c.opts.AllowOther
+	if fo.Registry == nil {
+		fo.Registry = o.Registry // the mount's metrics beside its client's
+	}
 	m, err := fuse.Mount(c.ctx(), dir, fo)
 	if err != nil {
 		c.t.Fatalf("mount: %v", err)

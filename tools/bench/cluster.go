@@ -43,7 +43,8 @@ func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespac
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
-	args := []string{"local", "--dir", dir, "--mount", mnt, "--osts", "6", "--k", "4", "--m", "2", "--log-level", "warn"}
+	// Plaintext: the benchmark's clients carry no certificates.
+	args := []string{"local", "--dir", dir, "--mount", mnt, "--osts", "6", "--k", "4", "--m", "2", "--log-level", "warn", "--insecure"}
 	if syncNamespace {
 		args = append(args, "--sync-namespace")
 	}
