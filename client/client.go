@@ -69,6 +69,11 @@ type Options struct {
 	// with data) make them durable. Off: each is durable when it returns.
 	// The FUSE mount turns it on unless told not to (docs/fuse.md).
 	EarlyNamespaceReplies bool
+
+	// NoCorruptReports stops reads from reporting the corrupt chunks they
+	// meet to the MDS for repair (report.go). They still reconstruct the
+	// bytes from parity. For tools and tests that leave repair to a scrub.
+	NoCorruptReports bool
 	// GRPCChunks sends chunk reads and writes over gRPC even to OSTs that
 	// offer the data path (internal/datanet), as OSTs without one always
 	// get them: for comparisons and tests.

@@ -60,7 +60,7 @@ type reporter struct {
 // chunk read, it queues the chunk for a report when the error says its
 // bytes are corrupt. It never blocks on I/O.
 func (c *Client) noteChunkError(extent uint64, index uint32, ost uint32, err error) {
-	if err == nil || !errors.Is(err, errs.ErrCorrupt) {
+	if err == nil || c.opts.NoCorruptReports || !errors.Is(err, errs.ErrCorrupt) {
 		return
 	}
 	r := &c.rep

@@ -384,9 +384,10 @@ func flipChunks(t *testing.T, cl *cluster.Cluster, c *client.Client, ds *dataset
 }
 
 // TestAdminScrubRepairs flips bytes in 100 chunks (at most m per extent):
-// scrub finds all 100 and rebuilds them; reads are correct. (The chunks
-// are not read before the scrub: a read that meets a bad chunk reports it
-// for repair itself, TestClientReportsCorruptChunk.)
+// reads in between return the right bytes, and scrub finds all 100 and
+// rebuilds them. (The reads in between go through a client that does not
+// report the bad chunks it meets: one that does gets them repaired before
+// the scrub, TestClientReportsCorruptChunk.)
 func TestAdminScrubRepairs(t *testing.T) {
 	cl := adminCluster(t, 6)
 	c := cl.Client()
@@ -396,6 +397,7 @@ func TestAdminScrubRepairs(t *testing.T) {
 	if n != 100 {
 		t.Fatalf("flipped %d chunks, want 100", n)
 	}
+	ds.verify(t, cl.ClientWith(client.Options{NoCorruptReports: true}))
 
 	startJob(t, stub, &mdspb.StartJobRequest{Kind: mds.JobScrub})
 	j := waitJob(t, stub, mds.JobScrub, 2*time.Minute)

@@ -108,7 +108,7 @@ func runLocal(g *globals, f *localFlags) error {
 		}
 		mdsCreds, ostCreds, mountCreds = lc.mds, lc.ost, lc.client
 	}
-	serveOpts := []wire.ServerOpt{wire.ServeCreds(mdsCreds), wire.ServeAuthorizer(mds.Authorize)}
+	serveOpts := []wire.ServerOpt{wire.ServeCreds(mdsCreds), wire.ServeAuthorizer(mds.Authorize), wire.ServeLogger(log.With("proc", "mds"))}
 
 	mo := mds.Options{
 		Dir: filepath.Join(f.dir, "mds"), Logger: log.With("proc", "mds"),
@@ -197,7 +197,8 @@ func runLocal(g *globals, f *localFlags) error {
 		return err
 	}
 	defer c.Close()
-	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug, AllowOther: f.allowOther})
+	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug, AllowOther: f.allowOther,
+		Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "fuse"}, reg)})
 	if err != nil {
 		return err
 	}

@@ -336,6 +336,13 @@ func (c *Cluster) Client() *client.Client {
 	return c.clientWith(c.opts.Client)
 }
 
+// ClientWith is Client with options of its own (MDS, Logger and, unless
+// set, Creds are filled in).
+func (c *Cluster) ClientWith(o client.Options) *client.Client {
+	c.t.Helper()
+	return c.clientWith(o)
+}
+
 func (c *Cluster) clientWith(o client.Options) *client.Client {
 	c.t.Helper()
 	o.MDS = c.mdsAddr
