@@ -157,6 +157,10 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 }
 
 // done records one request of op that started at start and ended with st.
+// doneSince is done for a deferred call, with the status the call
+// returned.
+func (m *metrics) doneSince(op fuseOp, start time.Time, st *gofuse.Status) { m.done(op, start, *st) }
+
 func (m *metrics) done(op fuseOp, start time.Time, st gofuse.Status) {
 	m.durations[op].Observe(time.Since(start).Seconds())
 	m.ops[op].Inc()
@@ -195,11 +199,9 @@ type meteredRaw struct {
 	m *metrics
 }
 
-func (r *meteredRaw) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, out *gofuse.EntryOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Lookup(cancel, h, name, out)
-	r.m.done(opLookup, t, st)
-	return st
+func (r *meteredRaw) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, out *gofuse.EntryOut) (st gofuse.Status) {
+	defer r.m.doneSince(opLookup, time.Now(), &st)
+	return r.RawFileSystem.Lookup(cancel, h, name, out)
 }
 
 func (r *meteredRaw) Forget(nodeid, nlookup uint64) {
@@ -208,67 +210,49 @@ func (r *meteredRaw) Forget(nodeid, nlookup uint64) {
 	r.m.done(opForget, t, gofuse.OK)
 }
 
-func (r *meteredRaw) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.AttrOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.GetAttr(cancel, in, out)
-	r.m.done(opGetattr, t, st)
-	return st
+func (r *meteredRaw) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.AttrOut) (st gofuse.Status) {
+	defer r.m.doneSince(opGetattr, time.Now(), &st)
+	return r.RawFileSystem.GetAttr(cancel, in, out)
 }
 
-func (r *meteredRaw) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.AttrOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.SetAttr(cancel, in, out)
-	r.m.done(opSetattr, t, st)
-	return st
+func (r *meteredRaw) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.AttrOut) (st gofuse.Status) {
+	defer r.m.doneSince(opSetattr, time.Now(), &st)
+	return r.RawFileSystem.SetAttr(cancel, in, out)
 }
 
-func (r *meteredRaw) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Mknod(cancel, in, name, out)
-	r.m.done(opMknod, t, st)
-	return st
+func (r *meteredRaw) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) (st gofuse.Status) {
+	defer r.m.doneSince(opMknod, time.Now(), &st)
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
-func (r *meteredRaw) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Mkdir(cancel, in, name, out)
-	r.m.done(opMkdir, t, st)
-	return st
+func (r *meteredRaw) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) (st gofuse.Status) {
+	defer r.m.doneSince(opMkdir, time.Now(), &st)
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
-func (r *meteredRaw) Unlink(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Unlink(cancel, h, name)
-	r.m.done(opUnlink, t, st)
-	return st
+func (r *meteredRaw) Unlink(cancel <-chan struct{}, h *gofuse.InHeader, name string) (st gofuse.Status) {
+	defer r.m.doneSince(opUnlink, time.Now(), &st)
+	return r.RawFileSystem.Unlink(cancel, h, name)
 }
 
-func (r *meteredRaw) Rmdir(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Rmdir(cancel, h, name)
-	r.m.done(opRmdir, t, st)
-	return st
+func (r *meteredRaw) Rmdir(cancel <-chan struct{}, h *gofuse.InHeader, name string) (st gofuse.Status) {
+	defer r.m.doneSince(opRmdir, time.Now(), &st)
+	return r.RawFileSystem.Rmdir(cancel, h, name)
 }
 
-func (r *meteredRaw) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Rename(cancel, in, oldName, newName)
-	r.m.done(opRename, t, st)
-	return st
+func (r *meteredRaw) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) (st gofuse.Status) {
+	defer r.m.doneSince(opRename, time.Now(), &st)
+	return r.RawFileSystem.Rename(cancel, in, oldName, newName)
 }
 
-func (r *meteredRaw) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Link(cancel, in, name, out)
-	r.m.done(opLink, t, st)
-	return st
+func (r *meteredRaw) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) (st gofuse.Status) {
+	defer r.m.doneSince(opLink, time.Now(), &st)
+	return r.RawFileSystem.Link(cancel, in, name, out)
 }
 
-func (r *meteredRaw) Symlink(cancel <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Symlink(cancel, h, target, name, out)
-	r.m.done(opSymlink, t, st)
-	return st
+func (r *meteredRaw) Symlink(cancel <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) (st gofuse.Status) {
+	defer r.m.doneSince(opSymlink, time.Now(), &st)
+	return r.RawFileSystem.Symlink(cancel, h, target, name, out)
 }
 
 func (r *meteredRaw) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byte, gofuse.Status) {
@@ -278,11 +262,9 @@ func (r *meteredRaw) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byt
 	return b, st
 }
 
-func (r *meteredRaw) Access(cancel <-chan struct{}, in *gofuse.AccessIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Access(cancel, in)
-	r.m.done(opAccess, t, st)
-	return st
+func (r *meteredRaw) Access(cancel <-chan struct{}, in *gofuse.AccessIn) (st gofuse.Status) {
+	defer r.m.doneSince(opAccess, time.Now(), &st)
+	return r.RawFileSystem.Access(cancel, in)
 }
 
 func (r *meteredRaw) GetXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string, dest []byte) (uint32, gofuse.Status) {
@@ -299,39 +281,29 @@ func (r *meteredRaw) ListXAttr(cancel <-chan struct{}, h *gofuse.InHeader, dest 
 	return n, st
 }
 
-func (r *meteredRaw) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.SetXAttr(cancel, in, attr, data)
-	r.m.done(opSetxattr, t, st)
-	return st
+func (r *meteredRaw) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) (st gofuse.Status) {
+	defer r.m.doneSince(opSetxattr, time.Now(), &st)
+	return r.RawFileSystem.SetXAttr(cancel, in, attr, data)
 }
 
-func (r *meteredRaw) RemoveXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.RemoveXAttr(cancel, h, attr)
-	r.m.done(opRemovexattr, t, st)
-	return st
+func (r *meteredRaw) RemoveXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string) (st gofuse.Status) {
+	defer r.m.doneSince(opRemovexattr, time.Now(), &st)
+	return r.RawFileSystem.RemoveXAttr(cancel, h, attr)
 }
 
-func (r *meteredRaw) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Create(cancel, in, name, out)
-	r.m.done(opCreate, t, st)
-	return st
+func (r *meteredRaw) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) (st gofuse.Status) {
+	defer r.m.doneSince(opCreate, time.Now(), &st)
+	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
-func (r *meteredRaw) Tmpfile(cancel <-chan struct{}, in *gofuse.CreateIn, out *gofuse.CreateOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Tmpfile(cancel, in, out)
-	r.m.done(opTmpfile, t, st)
-	return st
+func (r *meteredRaw) Tmpfile(cancel <-chan struct{}, in *gofuse.CreateIn, out *gofuse.CreateOut) (st gofuse.Status) {
+	defer r.m.doneSince(opTmpfile, time.Now(), &st)
+	return r.RawFileSystem.Tmpfile(cancel, in, out)
 }
 
-func (r *meteredRaw) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Open(cancel, in, out)
-	r.m.done(opOpen, t, st)
-	return st
+func (r *meteredRaw) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) (st gofuse.Status) {
+	defer r.m.doneSince(opOpen, time.Now(), &st)
+	return r.RawFileSystem.Open(cancel, in, out)
 }
 
 func (r *meteredRaw) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofuse.ReadResult, gofuse.Status) {
@@ -344,32 +316,24 @@ func (r *meteredRaw) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte)
 	return res, st
 }
 
-func (r *meteredRaw) Lseek(cancel <-chan struct{}, in *gofuse.LseekIn, out *gofuse.LseekOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Lseek(cancel, in, out)
-	r.m.done(opLseek, t, st)
-	return st
+func (r *meteredRaw) Lseek(cancel <-chan struct{}, in *gofuse.LseekIn, out *gofuse.LseekOut) (st gofuse.Status) {
+	defer r.m.doneSince(opLseek, time.Now(), &st)
+	return r.RawFileSystem.Lseek(cancel, in, out)
 }
 
-func (r *meteredRaw) GetLk(cancel <-chan struct{}, in *gofuse.LkIn, out *gofuse.LkOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.GetLk(cancel, in, out)
-	r.m.done(opGetlk, t, st)
-	return st
+func (r *meteredRaw) GetLk(cancel <-chan struct{}, in *gofuse.LkIn, out *gofuse.LkOut) (st gofuse.Status) {
+	defer r.m.doneSince(opGetlk, time.Now(), &st)
+	return r.RawFileSystem.GetLk(cancel, in, out)
 }
 
-func (r *meteredRaw) SetLk(cancel <-chan struct{}, in *gofuse.LkIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.SetLk(cancel, in)
-	r.m.done(opSetlk, t, st)
-	return st
+func (r *meteredRaw) SetLk(cancel <-chan struct{}, in *gofuse.LkIn) (st gofuse.Status) {
+	defer r.m.doneSince(opSetlk, time.Now(), &st)
+	return r.RawFileSystem.SetLk(cancel, in)
 }
 
-func (r *meteredRaw) SetLkw(cancel <-chan struct{}, in *gofuse.LkIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.SetLkw(cancel, in)
-	r.m.done(opSetlkw, t, st)
-	return st
+func (r *meteredRaw) SetLkw(cancel <-chan struct{}, in *gofuse.LkIn) (st gofuse.Status) {
+	defer r.m.doneSince(opSetlkw, time.Now(), &st)
+	return r.RawFileSystem.SetLkw(cancel, in)
 }
 
 func (r *meteredRaw) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
@@ -401,53 +365,39 @@ func (r *meteredRaw) CopyFileRange(cancel <-chan struct{}, in *gofuse.CopyFileRa
 	return n, st
 }
 
-func (r *meteredRaw) Ioctl(cancel <-chan struct{}, in *gofuse.IoctlIn, inbuf []byte, out *gofuse.IoctlOut, outbuf []byte) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Ioctl(cancel, in, inbuf, out, outbuf)
-	r.m.done(opIoctl, t, st)
-	return st
+func (r *meteredRaw) Ioctl(cancel <-chan struct{}, in *gofuse.IoctlIn, inbuf []byte, out *gofuse.IoctlOut, outbuf []byte) (st gofuse.Status) {
+	defer r.m.doneSince(opIoctl, time.Now(), &st)
+	return r.RawFileSystem.Ioctl(cancel, in, inbuf, out, outbuf)
 }
 
-func (r *meteredRaw) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Flush(cancel, in)
-	r.m.done(opFlush, t, st)
-	return st
+func (r *meteredRaw) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) (st gofuse.Status) {
+	defer r.m.doneSince(opFlush, time.Now(), &st)
+	return r.RawFileSystem.Flush(cancel, in)
 }
 
-func (r *meteredRaw) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Fsync(cancel, in)
-	r.m.done(opFsync, t, st)
-	return st
+func (r *meteredRaw) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) (st gofuse.Status) {
+	defer r.m.doneSince(opFsync, time.Now(), &st)
+	return r.RawFileSystem.Fsync(cancel, in)
 }
 
-func (r *meteredRaw) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Fallocate(cancel, in)
-	r.m.done(opFallocate, t, st)
-	return st
+func (r *meteredRaw) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) (st gofuse.Status) {
+	defer r.m.doneSince(opFallocate, time.Now(), &st)
+	return r.RawFileSystem.Fallocate(cancel, in)
 }
 
-func (r *meteredRaw) OpenDir(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.OpenDir(cancel, in, out)
-	r.m.done(opOpendir, t, st)
-	return st
+func (r *meteredRaw) OpenDir(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) (st gofuse.Status) {
+	defer r.m.doneSince(opOpendir, time.Now(), &st)
+	return r.RawFileSystem.OpenDir(cancel, in, out)
 }
 
-func (r *meteredRaw) ReadDir(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.ReadDir(cancel, in, out)
-	r.m.done(opReaddir, t, st)
-	return st
+func (r *meteredRaw) ReadDir(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) (st gofuse.Status) {
+	defer r.m.doneSince(opReaddir, time.Now(), &st)
+	return r.RawFileSystem.ReadDir(cancel, in, out)
 }
 
-func (r *meteredRaw) ReadDirPlus(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.ReadDirPlus(cancel, in, out)
-	r.m.done(opReaddirplus, t, st)
-	return st
+func (r *meteredRaw) ReadDirPlus(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) (st gofuse.Status) {
+	defer r.m.doneSince(opReaddirplus, time.Now(), &st)
+	return r.RawFileSystem.ReadDirPlus(cancel, in, out)
 }
 
 func (r *meteredRaw) ReleaseDir(in *gofuse.ReleaseIn) {
@@ -456,23 +406,17 @@ func (r *meteredRaw) ReleaseDir(in *gofuse.ReleaseIn) {
 	r.m.done(opReleasedir, t, gofuse.OK)
 }
 
-func (r *meteredRaw) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.FsyncDir(cancel, in)
-	r.m.done(opFsyncdir, t, st)
-	return st
+func (r *meteredRaw) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) (st gofuse.Status) {
+	defer r.m.doneSince(opFsyncdir, time.Now(), &st)
+	return r.RawFileSystem.FsyncDir(cancel, in)
 }
 
-func (r *meteredRaw) StatFs(cancel <-chan struct{}, in *gofuse.InHeader, out *gofuse.StatfsOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.StatFs(cancel, in, out)
-	r.m.done(opStatfs, t, st)
-	return st
+func (r *meteredRaw) StatFs(cancel <-chan struct{}, in *gofuse.InHeader, out *gofuse.StatfsOut) (st gofuse.Status) {
+	defer r.m.doneSince(opStatfs, time.Now(), &st)
+	return r.RawFileSystem.StatFs(cancel, in, out)
 }
 
-func (r *meteredRaw) Statx(cancel <-chan struct{}, in *gofuse.StatxIn, out *gofuse.StatxOut) gofuse.Status {
-	t := time.Now()
-	st := r.RawFileSystem.Statx(cancel, in, out)
-	r.m.done(opStatx, t, st)
-	return st
+func (r *meteredRaw) Statx(cancel <-chan struct{}, in *gofuse.StatxIn, out *gofuse.StatxOut) (st gofuse.Status) {
+	defer r.m.doneSince(opStatx, time.Now(), &st)
+	return r.RawFileSystem.Statx(cancel, in, out)
 }
