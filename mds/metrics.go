@@ -152,9 +152,6 @@ func newRaftMetrics(reg prometheus.Registerer, r *replica) (*raftMetrics, error)
 			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
 		}),
 	}
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
-	}
 	status := func(f func(st *replica) uint64) func() float64 {
 		return func() float64 {
 			r.mu.Lock()
@@ -163,15 +160,15 @@ func newRaftMetrics(reg prometheus.Registerer, r *replica) (*raftMetrics, error)
 		}
 	}
 	m.collectors = []prometheus.Collector{m.proposals, m.proposalsFailed, m.leaderChanges, m.snapshotSends, m.applySeconds, m.logSyncSeconds,
-		gauge("shoal_mds_raft_term", "This member's Raft term.", status(func(r *replica) uint64 { return r.mu.term })),
-		gauge("shoal_mds_raft_is_leader", "1 while this member serves as leader, else 0.", status(func(r *replica) uint64 {
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shoal_mds_raft_term", Help: "This member's Raft term."}, status(func(r *replica) uint64 { return r.mu.term })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shoal_mds_raft_is_leader", Help: "1 while this member serves as leader, else 0."}, status(func(r *replica) uint64 {
 			if r.mu.serving {
 				return 1
 			}
 			return 0
 		})),
-		gauge("shoal_mds_raft_commit_index", "Highest log index this member knows committed.", status(func(r *replica) uint64 { return r.mu.commit })),
-		gauge("shoal_mds_raft_applied_index", "Highest log index applied to this member's state machine.", status(func(r *replica) uint64 { return r.mu.applied })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shoal_mds_raft_commit_index", Help: "Highest log index this member knows committed."}, status(func(r *replica) uint64 { return r.mu.commit })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shoal_mds_raft_applied_index", Help: "Highest log index applied to this member's state machine."}, status(func(r *replica) uint64 { return r.mu.applied })),
 	}
 	if reg == nil {
 		return m, nil

@@ -167,11 +167,13 @@ func TestMetricsLint(t *testing.T) {
 // TestMetricsLintSource checks the metrics declared in the source, which
 // include those of packages TestMetricsLint does not start (gds needs a
 // GPU): every prometheus.NewCounter, NewGauge, NewHistogram or NewSummary
-// (plain, Vec or Func) whose options open with a literal Name. It also
+// (plain, Vec or Func) whose options open with a literal Name, and every
+// prometheus.NewDesc with a literal name (custom collectors: gauges). It also
 // checks that every metric the Grafana dashboard (tools/grafana/shoal.json)
 // queries is one of them.
 func TestMetricsLintSource(t *testing.T) {
 	decl := regexp.MustCompile(`prometheus\.New(Counter|Gauge|Histogram|Summary)(?:Vec|Func)?\(\s*prometheus\.(?:Counter|Gauge|Histogram|Summary)Opts\{\s*Name:\s*"([^"]+)",\s*Help:\s*"([^"]*)"`)
+	desc := regexp.MustCompile(`prometheus\.NewDesc\(\s*"([^"]+)",\s*"([^"]*)"`)
 	types := map[string]dto.MetricType{"Counter": dto.MetricType_COUNTER, "Gauge": dto.MetricType_GAUGE,
 		"Histogram": dto.MetricType_HISTOGRAM, "Summary": dto.MetricType_SUMMARY}
 	var fams []*dto.MetricFamily
@@ -192,6 +194,12 @@ func TestMetricsLintSource(t *testing.T) {
 		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
 			typ := types[m[1]]
 			name, help := m[2], m[3]
+			fams = append(fams, &dto.MetricFamily{Name: &name, Help: &help, Type: &typ})
+		}
+		// Descriptors of custom collectors (read at each scrape): gauges.
+		for _, m := range desc.FindAllStringSubmatch(string(b), -1) {
+			typ := dto.MetricType_GAUGE
+			name, help := m[1], m[2]
 			fams = append(fams, &dto.MetricFamily{Name: &name, Help: &help, Type: &typ})
 		}
 		return nil
