@@ -16,6 +16,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +84,14 @@ type Options struct {
 	// DataConnsPerOST bounds the idle data-path connections kept per OST.
 	// Default datanet.DefaultMaxIdlePerAddr.
 	DataConnsPerOST int
+	// WireCompression compresses chunk bytes on the data path
+	// (docs/compression.md, "Wire compression"): WireNone ("", "none":
+	// never, the default), WireS2 ("s2": writes send s2 frames of the
+	// chunks that shrink, reads ask the OST for them), WireAuto ("auto":
+	// s2 to OSTs whose data address is not loopback). For clusters where
+	// the network, not the disk or the CPU, is the limit. gRPC chunk I/O
+	// is never compressed.
+	WireCompression string
 	// Creds is the client's mutual TLS identity (a certificate of role
 	// client or admin); nil: plaintext, for clusters run --insecure.
 	Creds *wire.Creds
@@ -117,7 +128,47 @@ func (o *Options) setDefaults() error {
 	if o.Name == "" {
 		o.Name = "shoal"
 	}
+	switch o.WireCompression {
+	case "":
+		o.WireCompression = WireNone
+	case WireNone, WireS2, WireAuto:
+	default:
+		return fmt.Errorf("client: WireCompression %q (want %s, %s or %s): %w", o.WireCompression, WireNone, WireS2, WireAuto, errs.ErrInvalid)
+	}
 	return nil
+}
+
+// Values of Options.WireCompression.
+const (
+	WireNone = "none"
+	WireS2   = "s2"
+	WireAuto = "auto"
+)
+
+// wireCompress returns the data path's datanet.ClientOptions.Compress for
+// a WireCompression mode: nil for none.
+func wireCompress(mode string) func(addr string) bool {
+	switch mode {
+	case WireS2:
+		return func(string) bool { return true }
+	case WireAuto:
+		return func(addr string) bool { return !isLoopback(addr) }
+	}
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) names this machine by a
+// loopback address or "localhost": compression there only costs CPU.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Client talks to one Shoal cluster. It is safe for concurrent use.
@@ -159,12 +210,13 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
 	}
-	dopts := datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST}
+	bufs := &datanet.BufPool{}
+	dopts := datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST, Compress: wireCompress(o.WireCompression), Bufs: bufs}
 	if o.Creds != nil {
 		dopts.TLS = o.Creds.DataClientConfig // the data path: mutual TLS as on gRPC
 	}
 	*c = Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
-		data: datanet.NewClient(dopts), bufs: &datanet.BufPool{}}
+		data: datanet.NewClient(dopts), bufs: bufs}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.ostAddr = map[uint32]string{}
 	c.mu.dataAddr = map[uint32]dataRoute{}
@@ -317,3 +369,8 @@ func layoutOf(l *mdspb.Layout) (layout.Layout, error) {
 
 // ErrEOF is io.EOF, returned by ReadAt at or past the end of a file.
 var ErrEOF = io.EOF
+
+// DataStats counts the chunk bytes this client moved over the data path
+// and the bytes that carried them on the wire: fewer where wire
+// compression (Options.WireCompression) paid.
+func (c *Client) DataStats() datanet.Stats { return c.data.Stats() }

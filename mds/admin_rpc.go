@@ -227,7 +227,7 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 	for src, n := range queued {
 		s.admin.met.badReported.WithLabelValues(src).Add(n)
 	}
-	s.log.Warn("corrupt chunks reported", "ost", req.GetOst(), "count", len(req.GetChunks()))
+	s.log.WarnContext(ctx, "corrupt chunks reported", "ost", req.GetOst(), "count", len(req.GetChunks()))
 	s.kickAdmin()
 	return &mdspb.Empty{}, nil
 }

@@ -11,8 +11,6 @@ import (
 	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/internal/pki"
-	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // DataListenOff as Options.DataListen turns the data path off: chunk I/O
@@ -27,7 +25,8 @@ const dataShutdownGrace = 2 * time.Second
 // returns the address clients reach it at: the bound one, with
 // AdvertiseAddr's host when bound to every interface. With Options.Creds
 // it serves mutual TLS only, with the same certificates as gRPC (a
-// reload applies to new connections), to the roles of dataRoles.
+// reload applies to new connections), to the roles of chunkRoles
+// (authorizeData, authorize.go).
 func (s *Server) startData() error {
 	addr := s.opts.DataListen
 	if addr == DataListenOff {
@@ -90,25 +89,6 @@ func (s *Server) stopData() error {
 // DataAddr is the address of the OST's data path ("" when it is off), as
 // Info reports it.
 func (s *Server) DataAddr() string { return s.dataAddr }
-
-// authorizeData is the data path's check of a peer's certificate: the
-// users of the client library (mounts and API clients, administrators)
-// and the MDS may read and write chunks; OSTs never read or write each
-// other's.
-func authorizeData(cert *x509.Certificate) error {
-	if cert == nil {
-		return fmt.Errorf("ost: data path: no client certificate: %w", errs.ErrPermission)
-	}
-	id, ok := wire.IdentityOf(cert)
-	if !ok {
-		return fmt.Errorf("ost: data path: certificate names no Shoal role: %w", errs.ErrPermission)
-	}
-	switch id.Role {
-	case pki.RoleClient, pki.RoleAdmin, pki.RoleMDS:
-		return nil
-	}
-	return fmt.Errorf("ost: data path: %s may not read or write chunks (client, admin or mds only): %w", id, errs.ErrPermission)
-}
 
 // dataHandler serves the data path with the same code as the gRPC calls,
 // capability checks included.

@@ -204,9 +204,122 @@ func TestSecurityCapabilities(t *testing.T) {
 	if r := reason(err); r != errs.CapAccess {
 		t.Errorf("write with a read capability: %s", r)
 	}
-	_, err = ost.DeleteChunks(metadataCap(ctx, a.GetCaps()[0]), &ostpb.DeleteChunksRequest{Ids: []*ostpb.ChunkId{{Extent: ext.GetId()}}})
+	// DeleteChunks is for administrators and the MDS (ost.Authorize;
+	// TestSecurityOSTRoles): an administrator's certificate reaches the
+	// capability check.
+	acc, err := wire.Dial(ostAddr, wire.WithCreds(cl.Creds(pki.RoleAdmin)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acc.Close()
+	_, err = ostpb.NewOstClient(acc).DeleteChunks(metadataCap(ctx, a.GetCaps()[0]), &ostpb.DeleteChunksRequest{Ids: []*ostpb.ChunkId{{Extent: ext.GetId()}}})
 	if r := reason(err); r != errs.CapAccess {
 		t.Errorf("delete with a read capability: %s", r)
+	}
+}
+
+// TestSecurityOSTRoles: the OSTs' gRPC server checks the role of the
+// caller's certificate as the data path does (ost.Authorize), before any
+// capability: an OST's certificate may not read, write, stat or delete
+// chunks, even with a good capability; a client's may read and write
+// chunks but not delete or list them; administrators and the MDS may.
+// Info is open to every role.
+func TestSecurityOSTRoles(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout()})
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("roles"), 3000)
+	a := writeTestFile(t, cl.Client(), "a", data)
+	ext := a.GetExtents()[0].GetExtent()
+	ostIdx := -1
+	for i := range 3 {
+		if cl.OST(i).Server.ID() == ext.GetOsts()[0] {
+			ostIdx = i
+		}
+	}
+	if ostIdx < 0 {
+		t.Fatalf("no OST of the cluster is OST %d", ext.GetOsts()[0])
+	}
+	dial := func(cr *wire.Creds) ostpb.OstClient {
+		cc, err := wire.Dial(cl.OST(ostIdx).Addr, wire.WithCreds(cr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return ostpb.NewOstClient(cc)
+	}
+	rcap := a.GetCaps()[0]
+	wcap, err := cl.MDS().Capability(capability.Write, ext.GetId(), time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acap, err := cl.MDS().Capability(capability.Admin, 0, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &ostpb.ChunkId{Extent: ext.GetId(), Index: 0}
+	spare := &ostpb.ChunkId{Extent: ext.GetId(), Index: 9}
+	// roleRefused: a permission error that is not a capability's.
+	roleRefused := func(what string, err error) {
+		t.Helper()
+		var ce *errs.CapabilityError
+		if !errors.Is(err, errs.ErrPermission) || errors.As(err, &ce) {
+			t.Errorf("%s: %v, want a role refusal (permission denied, not a capability error)", what, err)
+		}
+	}
+
+	// An OST's certificate: nothing but Info, whatever its capability.
+	byOST := dial(cl.Creds(pki.RoleOST))
+	_, err = byOST.ReadChunk(metadataCap(ctx, rcap), &ostpb.ReadChunkRequest{Id: id, Length: 16})
+	roleRefused("ReadChunk with an OST certificate", err)
+	_, err = byOST.WriteChunk(metadataCap(ctx, wcap), &ostpb.WriteChunkRequest{Id: spare, Data: []byte("x")})
+	roleRefused("WriteChunk with an OST certificate", err)
+	_, err = byOST.StatChunk(metadataCap(ctx, rcap), &ostpb.StatChunkRequest{Id: id})
+	roleRefused("StatChunk with an OST certificate", err)
+	_, err = byOST.DeleteChunks(metadataCap(ctx, acap), &ostpb.DeleteChunksRequest{Ids: []*ostpb.ChunkId{spare}})
+	roleRefused("DeleteChunks with an OST certificate", err)
+	_, err = byOST.ListChunks(metadataCap(ctx, acap), &ostpb.ListChunksRequest{})
+	roleRefused("ListChunks with an OST certificate", err)
+	if _, err := byOST.Info(ctx, &ostpb.InfoRequest{}); err != nil {
+		t.Errorf("Info with an OST certificate: %v", err)
+	}
+
+	// A client's certificate: chunk I/O, not administration.
+	cr, err := cl.IssueCreds(nil, pki.RoleClient, "roles-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byClient := dial(cr)
+	r, err := byClient.ReadChunk(metadataCap(ctx, rcap), &ostpb.ReadChunkRequest{Id: id, Length: 16})
+	if err != nil || len(r.GetData()) != 16 {
+		t.Errorf("ReadChunk with a client certificate: %d bytes, %v", len(r.GetData()), err)
+	}
+	if _, err := byClient.WriteChunk(metadataCap(ctx, wcap), &ostpb.WriteChunkRequest{Id: spare, Data: []byte("x")}); err != nil {
+		t.Errorf("WriteChunk with a client certificate: %v", err)
+	}
+	if _, err := byClient.StatChunk(metadataCap(ctx, rcap), &ostpb.StatChunkRequest{Id: id}); err != nil {
+		t.Errorf("StatChunk with a client certificate: %v", err)
+	}
+	_, err = byClient.DeleteChunks(metadataCap(ctx, acap), &ostpb.DeleteChunksRequest{Ids: []*ostpb.ChunkId{spare}})
+	roleRefused("DeleteChunks with a client certificate", err)
+	_, err = byClient.Scrub(metadataCap(ctx, acap), &ostpb.ScrubRequest{})
+	roleRefused("Scrub with a client certificate", err)
+
+	// An administrator's certificate and the MDS's: all of it.
+	byAdmin := dial(cl.Creds(pki.RoleAdmin))
+	if _, err := byAdmin.ReadChunk(metadataCap(ctx, rcap), &ostpb.ReadChunkRequest{Id: id, Length: 16}); err != nil {
+		t.Errorf("ReadChunk with an admin certificate: %v", err)
+	}
+	if _, err := byAdmin.ListChunks(metadataCap(ctx, acap), &ostpb.ListChunksRequest{}); err != nil {
+		t.Errorf("ListChunks with an admin certificate: %v", err)
+	}
+	cc, err := cl.DialOST(ostIdx) // the MDS's certificate and an admin capability
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	del, err := ostpb.NewOstClient(cc).DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: []*ostpb.ChunkId{spare}})
+	if err != nil || del.GetDeleted() != 1 {
+		t.Errorf("DeleteChunks as the MDS: %d deleted, %v", del.GetDeleted(), err)
 	}
 }
 

@@ -26,13 +26,14 @@ CGO_ENABLED=1 go build -buildmode=c-shared -o bin/libshoalgds.so ./cmd/libshoalg
 D=${GPU_CHECK_DIR:-$(mktemp -d -t shoal-gpu-check.XXXXXX)}
 mkdir -p "$D"
 rm -rf "$D/cluster"
-bin/shoal local --insecure --dir "$D/cluster" >"$D/local.log" 2>&1 &  # plaintext: gpu-check takes no certificates yet
+bin/shoal local --dir "$D/cluster" >"$D/local.log" 2>&1 &  # mutual TLS: gpu-check takes DIR/tls/env's certificate
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$D/cluster"; }
 trap cleanup EXIT
 for _ in $(seq 100); do [ -s "$D/cluster/mds.addr" ] && break; sleep 0.1; done
 [ -s "$D/cluster/mds.addr" ] || { echo "gpu-check: shoal local did not start:" >&2; cat "$D/local.log" >&2; exit 1; }
 MDS=$(cat "$D/cluster/mds.addr")
+. "$D/cluster/tls/env"  # SHOAL_CERT, SHOAL_KEY, SHOAL_CA for gpu-check
 DROP=""
 [ "$(id -u)" = 0 ] && DROP=--drop-caches
 timeout "$(left)" bin/shoal gpu-check --mds "$MDS" --ost-dirs "$D/cluster/ost-*" --size "$SIZE" --dir "$D" --json "$D/result.json" $DROP

@@ -23,6 +23,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	var size string
 	var asJSON, markdown bool
 	var replicas int
+	var tf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "bench --dir D [--mds ADDR] [--mount MNT]",
 		Short: "Measure a cluster (or a local one it starts) next to the bare disk and a loopback FUSE mount",
@@ -38,8 +39,11 @@ With neither --mds nor --mount it starts its own cluster:
 and stops it at the end. --mds aims the API figures at an existing
 cluster, --mount the mount figures. (Unlike other client commands, --mds
 does not default to $SHOAL_MDS, so that a plain run always measures a
-fresh local cluster.) Cold reads need root to drop the kernel caches.
-See docs/performance.md.
+fresh local cluster.) With --mds, the API clients take the TLS flags of
+the other client commands (--cert, --key, --ca, or $SHOAL_CERT, $SHOAL_KEY,
+$SHOAL_CA: . DIR/tls/env of a shoal local), or --insecure; the clusters
+it starts itself run --insecure. Cold reads need root to drop the kernel
+caches. See docs/performance.md.
 
 --mds-replicas N (N > 1) compares the MDS alone: it runs the API
 workloads of --only (default meta) against two clusters started one
@@ -57,6 +61,11 @@ as a plain table (docs/reliability.md).`,
 				return err
 			}
 			o.Progress = os.Stderr
+			if o.MDS != "" {
+				if o.Creds, err = tf.load(); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			if replicas > 1 {
@@ -99,6 +108,7 @@ as a plain table (docs/reliability.md).`,
 	f.BoolVar(&asJSON, "json", false, "print the figures as a JSON array")
 	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown")
 	f.IntVar(&replicas, "mds-replicas", 1, "with N > 1: run the API workloads of --only (default meta) against a single MDS and a group of N members (shoal local --mds-replicas), side by side")
+	addTLSFlags(cmd, &tf)
 	cmd.MarkFlagRequired("dir")
 	return cmd
 }

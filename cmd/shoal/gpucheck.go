@@ -19,6 +19,7 @@ type gpuCheckFlags struct {
 	mds, ostDirs, backend, dir, size, jsonOut string
 	device, streams                           int
 	probe, dropCaches                         bool
+	tls                                       tlsFlags
 }
 
 func newGPUCheckCmd(g *globals) *cobra.Command {
@@ -32,11 +33,14 @@ async copies (remote chunks), checks every byte on the device, and prints
 GB/s for each beside plain cuFileRead and pread+cudaMemcpy of a local file.
 --probe only opens the GPU and says what it found. The CUDA libraries are
 found as SHOAL_CUDA_LIB, SHOAL_CUFILE_LIB, SHOAL_CUDA_LIB_DIRS and the
-Python environment (nvidia/*/lib) say.`,
+Python environment (nvidia/*/lib) say. It reaches the cluster with the TLS
+flags of the other client commands (--cert, --key, --ca, or $SHOAL_CERT,
+$SHOAL_KEY, $SHOAL_CA: . DIR/tls/env of a shoal local), or --insecure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runGPUCheck(f) },
 	}
 	mdsFlag(cmd, &f.mds)
+	addTLSFlags(cmd, &f.tls)
 	cmd.Flags().StringVar(&f.ostDirs, "ost-dirs", "", "OST directories on this node, ':'-separated (globs allowed), e.g. DIR/ost-*")
 	cmd.Flags().StringVar(&f.backend, "backend", "cuda", "device backend: cuda, or host (no GPU)")
 	cmd.Flags().StringVar(&f.dir, "dir", "", "scratch directory for the baseline file and ckpt.json")
@@ -79,6 +83,9 @@ func runGPUCheck(f *gpuCheckFlags) error {
 		return nil
 	}
 	if err := requireMDS(f.mds); err != nil {
+		return err
+	}
+	if o.Creds, err = f.tls.load(); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()

@@ -30,6 +30,7 @@ type localFlags struct {
 	unit                             int64
 	debug, allowOther, syncNamespace bool
 	insecure                         bool // plaintext: no CA, no certificates
+	wireCompression                  string
 }
 
 func newLocalCmd(g *globals) *cobra.Command {
@@ -67,6 +68,7 @@ uses the same addresses again (the group knows its members by them).`,
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log every FUSE request")
 	dataListenFlag(cmd, &f.dataListen, "HOST:0 each OST serves its bulk data path (chunk reads and writes on framed TCP) on, a port each (default 127.0.0.1:0; \"off\": chunk I/O over gRPC only)")
 	syncNamespaceFlag(cmd, &f.syncNamespace)
+	wireCompressionFlag(cmd, &f.wireCompression)
 	allowOtherFlag(cmd, &f.allowOther)
 	cmd.Flags().BoolVar(&f.insecure, "insecure", os.Getenv("SHOAL_INSECURE") == "1", "serve plaintext, without a CA or certificates: anyone who can reach the ports can read and write every file (default $SHOAL_INSECURE=1)")
 	return cmd
@@ -80,6 +82,11 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	if f.osts < lo.Shards() {
 		return fmt.Errorf("%d OSTs cannot hold %v: need at least %d", f.osts, lo, lo.Shards())
+	}
+	switch f.wireCompression {
+	case client.WireNone, client.WireS2, client.WireAuto:
+	default:
+		return fmt.Errorf("--wire-compression %q: want none, s2 or auto", f.wireCompression)
 	}
 	if f.dataListen != "" && f.dataListen != ost.DataListenOff {
 		if _, port, err := net.SplitHostPort(f.dataListen); err != nil || port != "0" {
@@ -192,7 +199,7 @@ func runLocal(g *globals, f *localFlags) error {
 	if err := os.MkdirAll(f.mount, 0o755); err != nil {
 		return err
 	}
-	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds})
+	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds, WireCompression: f.wireCompression})
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func newMountCmd(g *globals) *cobra.Command {
-	var mdsAddr, metrics, mountpoint string
+	var mdsAddr, metrics, mountpoint, wireCompression string
 	var debug, allowOther, syncNamespace bool
 	var tf tlsFlags
 	cmd := &cobra.Command{
@@ -40,7 +40,7 @@ func newMountCmd(g *globals) *cobra.Command {
 			defer cancel()
 			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds})
+			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds, WireCompression: wireCompression})
 			if err != nil {
 				return err
 			}
@@ -62,9 +62,27 @@ func newMountCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	allowOtherFlag(cmd, &allowOther)
 	syncNamespaceFlag(cmd, &syncNamespace)
+	wireCompressionFlag(cmd, &wireCompression)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	cmd.Flags().StringVar(&mountpoint, "mountpoint", "", "directory to mount on (instead of the MOUNTPOINT argument, for config files)")
-	return configurable(cmd, mountChecks()...)
+	return configurable(cmd, append(mountChecks(), wireCompressionCheck)...)
+}
+
+// wireCompressionFlag is --wire-compression of the commands that mount:
+// client.Options.WireCompression.
+func wireCompressionFlag(cmd *cobra.Command, dst *string) {
+	cmd.Flags().StringVar(dst, "wire-compression", client.WireNone,
+		"compress chunk bytes on the data path with s2: none, s2 (to every OST), or auto (to OSTs not on loopback); for networks slower than the CPUs (docs/compression.md, \"Wire compression\")")
+}
+
+// wireCompressionCheck checks --wire-compression.
+func wireCompressionCheck(cmd *cobra.Command, _ []string) []string {
+	switch v := flagString(cmd, "wire-compression"); v {
+	case client.WireNone, client.WireS2, client.WireAuto:
+		return nil
+	default:
+		return []string{fmt.Sprintf("wire-compression: %q: want none, s2 or auto", v)}
+	}
 }
 
 // waitUnmount waits for SIGINT/SIGTERM, or for the mount to go away (an

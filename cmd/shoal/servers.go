@@ -178,7 +178,7 @@ func startOSTWith(ctx context.Context, log *slog.Logger, reg prometheus.Register
 
 // startOSTScrub is startOSTWith with the scrubber's options.
 func startOSTScrub(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds, scrub ost.ScrubOptions) (*ost.Server, *wire.Server, error) {
-	srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeLogger(log))
+	srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(ost.Authorize), wire.ServeLogger(log))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", listen, err)
 	}

@@ -128,8 +128,8 @@ func (c *Client) idleConns(addr string) int {
 // sameRequest reports whether a and b are equal, capabilities compared by
 // their bytes (nil and empty alike).
 func sameRequest(a, b Request) bool {
-	return a.Op == b.Op && a.Extent == b.Extent && a.Index == b.Index &&
-		a.Offset == b.Offset && a.Length == b.Length && bytes.Equal(a.Cap, b.Cap)
+	return a.Op == b.Op && a.Flags == b.Flags && a.Extent == b.Extent && a.Index == b.Index &&
+		a.Offset == b.Offset && a.Length == b.Length && a.WireLength == b.WireLength && bytes.Equal(a.Cap, b.Cap)
 }
 
 // readRequest reads one request and its capability from conn, as a
@@ -156,6 +156,9 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Op: OpWrite, Extent: 9, Index: 2, Length: 4096, Cap: randBytes(38, 1)},
 		{Op: OpRead, Extent: 9, Index: 5, Offset: 4096, Length: 100, Cap: randBytes(MaxCapLength, 2)},
 		{Op: OpRead, Extent: 9, Cap: []byte{0}},
+		{Op: OpWrite, Flags: FlagS2, Extent: 3, Index: 1, Length: 1 << 20, WireLength: 12345, Cap: randBytes(38, 3)},
+		{Op: OpWrite, Flags: FlagS2, Extent: 3, Length: MaxLength, WireLength: MaxLength},
+		{Op: OpRead, Flags: FlagAcceptS2, Extent: 3, Offset: 8192, Length: 1 << 20},
 	} {
 		if err := r.Validate(); err != nil {
 			t.Errorf("Validate(%+v): %v", r, err)
@@ -189,6 +192,8 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Op: OpWrite},
 		{Op: OpRead, Length: MaxLength},
 		{Op: OpRead, Failed: true, Close: true, Length: MaxErrorLength},
+		{Op: OpRead, Compressed: true, Length: 5},
+		{Op: OpRead, Compressed: true, Close: true, Length: MaxLength},
 	} {
 		var b [ReplySize]byte
 		r.Encode(&b)
@@ -214,7 +219,17 @@ func TestDecodeRequestRejects(t *testing.T) {
 		{"version", func(b *[RequestSize]byte) { b[4] = Version + 1 }, errs.ErrNotSupported},
 		{"op 0", func(b *[RequestSize]byte) { b[5] = 0 }, errs.ErrNotSupported},
 		{"op 9", func(b *[RequestSize]byte) { b[5] = 9 }, errs.ErrNotSupported},
-		{"flags", func(b *[RequestSize]byte) { b[6] = 1 }, errs.ErrInvalid},
+		{"flags", func(b *[RequestSize]byte) { b[6] = 4 }, errs.ErrInvalid},
+		{"high flags", func(b *[RequestSize]byte) { b[7] = 0x80 }, errs.ErrInvalid},
+		{"FlagS2 on a read", func(b *[RequestSize]byte) { b[6] = byte(FlagS2) }, errs.ErrInvalid},
+		{"FlagAcceptS2 on a write", func(b *[RequestSize]byte) { b[5] = byte(OpWrite); b[6] = byte(FlagAcceptS2) }, errs.ErrInvalid},
+		{"compressed write, wire length 0", func(b *[RequestSize]byte) { b[5] = byte(OpWrite); b[6] = byte(FlagS2) }, errs.ErrInvalid},
+		{"compressed write, wire length 4", func(b *[RequestSize]byte) { b[5] = byte(OpWrite); b[6] = byte(FlagS2); b[24] = 4 }, errs.ErrInvalid},
+		{"compressed write, wire length over length", func(b *[RequestSize]byte) {
+			b[5] = byte(OpWrite)
+			b[6] = byte(FlagS2)
+			binary.LittleEndian.PutUint64(b[24:], 4097)
+		}, errs.ErrInvalid},
 		{"capability over MaxCapLength", func(b *[RequestSize]byte) { binary.LittleEndian.PutUint32(b[20:], MaxCapLength+1) }, errs.ErrInvalid},
 		{"huge capability", func(b *[RequestSize]byte) { b[23] = 1 }, errs.ErrInvalid},
 		{"length", func(b *[RequestSize]byte) { binary.LittleEndian.PutUint64(b[32:], MaxLength+1) }, errs.ErrTooLarge},
@@ -252,7 +267,10 @@ func TestDecodeReplyRejects(t *testing.T) {
 		"magic":        func(b *[ReplySize]byte) { b[3] = 'Q' },
 		"version":      func(b *[ReplySize]byte) { b[4] = 0 },
 		"status":       func(b *[ReplySize]byte) { b[6] = 2 },
-		"flags":        func(b *[ReplySize]byte) { b[7] = 2 },
+		"flags":        func(b *[ReplySize]byte) { b[7] = 4 },
+		"s2 on error":  func(b *[ReplySize]byte) { b[6] = 1; b[7] = replyS2 },
+		"s2 on write":  func(b *[ReplySize]byte) { b[5] = byte(OpWrite); b[7] = replyS2 },
+		"s2 of 4":      func(b *[ReplySize]byte) { b[7] = replyS2; b[8] = 4 },
 		"length":       func(b *[ReplySize]byte) { binary.LittleEndian.PutUint64(b[8:], MaxLength+1) },
 		"error length": func(b *[ReplySize]byte) { b[6] = 1; binary.LittleEndian.PutUint64(b[8:], MaxErrorLength+1) },
 	} {
@@ -825,11 +843,20 @@ func FuzzDecodeHeader(f *testing.F) {
 	var rp [ReplySize]byte
 	Reply{Op: OpRead, Length: 4096}.Encode(&rp)
 	f.Add(rp[:])
+	// Wire compression: a compressed write, a read that takes a
+	// compressed reply, a compressed reply.
+	Request{Op: OpWrite, Flags: FlagS2, Extent: 0xab, Index: 2, Length: 1 << 20, WireLength: 9000, Cap: tok}.Encode(&rq)
+	f.Add(append(rq[:], tok...))
+	Request{Op: OpRead, Flags: FlagAcceptS2, Extent: 0xab, Length: 1 << 20, Cap: tok}.Encode(&rq)
+	f.Add(append(rq[:], tok...))
+	Reply{Op: OpRead, Compressed: true, Length: 9000}.Encode(&rp)
+	f.Add(rp[:])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) >= RequestSize {
 			h := [RequestSize]byte(b[:RequestSize])
 			if r, capLen, err := DecodeRequest(&h); err == nil {
-				if r.Length > MaxLength || r.Validate() != nil || capLen < 0 || capLen > MaxCapLength || r.Cap != nil {
+				if r.Length > MaxLength || r.Validate() != nil || capLen < 0 || capLen > MaxCapLength || r.Cap != nil ||
+					r.Flags&^requestFlags != 0 || r.WireLength > r.Length || (r.Flags&FlagS2 != 0) != (r.WireLength > crcSize) {
 					t.Fatalf("DecodeRequest accepted %+v with a capability of %d bytes", r, capLen)
 				}
 				// The capability that follows, as much of it as b holds.
@@ -848,7 +875,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		if len(b) >= ReplySize {
 			h := [ReplySize]byte(b[:ReplySize])
 			if r, err := DecodeReply(&h); err == nil {
-				if r.Length > MaxLength || (r.Failed && r.Length > MaxErrorLength) {
+				if r.Length > MaxLength || (r.Failed && r.Length > MaxErrorLength) ||
+					(r.Compressed && (r.Failed || r.Op != OpRead || r.Length <= crcSize)) {
 					t.Fatalf("DecodeReply accepted %+v", r)
 				}
 				var again [ReplySize]byte

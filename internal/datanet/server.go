@@ -333,11 +333,17 @@ func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte, capBuf []byte,
 		}
 		req.Cap = capBuf[:capLen]
 	}
+	// The payload's bytes on the wire: an s2 frame's for a compressed
+	// write.
+	wire := int64(req.Length)
+	if req.Op == OpWrite && req.Flags&FlagS2 != 0 {
+		wire = int64(req.WireLength)
+	}
 	if denied != nil {
 		// Skip the payload, so that the client reads the reply rather
 		// than a reset, then refuse and close.
 		if req.Op == OpWrite {
-			if _, err := io.CopyN(io.Discard, c, int64(req.Length)); err != nil {
+			if _, err := io.CopyN(io.Discard, c, wire); err != nil {
 				return false
 			}
 		}
@@ -345,16 +351,41 @@ func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte, capBuf []byte,
 		return false
 	}
 	n := int(req.Length)
-	if err := s.budget.Acquire(s.ctx, int64(n)); err != nil {
+	// The budget counts the chunk's buffer and the frame's: the one
+	// received (FlagS2) or the one a compressed read reply may need
+	// (FlagAcceptS2), within the whole budget.
+	frameLen := 0
+	switch {
+	case req.Op == OpWrite && req.Flags&FlagS2 != 0:
+		frameLen = int(wire)
+	case req.Op == OpRead && req.Flags&FlagAcceptS2 != 0 && n >= MinCompress:
+		frameLen = maxFrameLen(n)
+	}
+	need := min(int64(n)+int64(frameLen), s.opts.MaxBytesInUse)
+	if err := s.budget.Acquire(s.ctx, need); err != nil {
 		return false // closing
 	}
-	defer s.budget.Release(int64(n))
+	defer s.budget.Release(need)
 	buf := s.opts.Bufs.Get(n)
 	defer s.opts.Bufs.Put(buf)
 
 	switch req.Op {
 	case OpWrite:
-		if _, err := io.ReadFull(c, buf); err != nil {
+		if frameLen > 0 {
+			f := s.opts.Bufs.Get(frameLen)
+			defer s.opts.Bufs.Put(f)
+			if _, err := io.ReadFull(c, f); err != nil {
+				s.log.Debug("data path: write payload", "remote", c.RemoteAddr().String(), "err", err)
+				return false
+			}
+			// The frame was read in full: a bad one leaves the
+			// connection in step.
+			if err := decodeFrame([][]byte{buf}, f, nil); err != nil {
+				s.log.Warn("data path: compressed write refused", "remote", c.RemoteAddr().String(),
+					"extent", req.Extent, "index", req.Index, "err", err)
+				return s.replyError(c, req.Op, err, false)
+			}
+		} else if _, err := io.ReadFull(c, buf); err != nil {
 			s.log.Debug("data path: write payload", "remote", c.RemoteAddr().String(), "err", err)
 			return false
 		}
@@ -370,6 +401,13 @@ func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte, capBuf []byte,
 		c.SetWriteDeadline(time.Now().Add(s.opts.IOTimeout))
 		if err != nil {
 			return s.replyError(c, req.Op, err, false)
+		}
+		if frameLen > 0 {
+			f := s.opts.Bufs.Get(frameLen)
+			defer s.opts.Bufs.Put(f)
+			if fr := encodeFrame(f, buf); fr != nil {
+				return s.reply(c, Reply{Op: req.Op, Compressed: true, Length: uint64(len(fr))}, fr)
+			}
 		}
 		return s.reply(c, Reply{Op: req.Op, Length: req.Length}, buf)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/ost"
 )
 
 // clusterTLS holds the certificates of a test cluster: a CA of its own
@@ -93,7 +94,7 @@ func (c *Cluster) mdsServeOpts(authorize wire.Authorizer) []wire.ServerOpt {
 
 // ostServeOpts are the server options of an OST of the cluster.
 func (c *Cluster) ostServeOpts() []wire.ServerOpt {
-	return []wire.ServerOpt{wire.ServeCreds(c.Creds(pki.RoleOST))}
+	return []wire.ServerOpt{wire.ServeCreds(c.Creds(pki.RoleOST)), wire.ServeAuthorizer(ost.Authorize)}
 }
 
 // DialMDS connects to the MDS as an administrator.

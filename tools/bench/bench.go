@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // ErrStepsFailed is returned by Run, with a report of what was measured,
@@ -68,6 +69,10 @@ type Options struct {
 	SyncNamespace bool
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
+	// Creds is the API clients' mutual TLS identity for the cluster at
+	// MDS; nil: plaintext (a cluster run --insecure, as the local one Run
+	// starts).
+	Creds *wire.Creds
 }
 
 func (o *Options) setDefaults() error {
@@ -191,6 +196,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return nil, err
 		}
 		o.MDS, o.Mount = local.mdsAddr, local.mnt
+		o.Creds = nil // the local cluster runs --insecure
 		r.cpu.pid = local.cmd.Process.Pid
 		r.note("cluster: shoal local started by the benchmark (6 OSTs, RS 4+2) under %s; CPU figures count the benchmark process (with the loopback daemon) and the cluster process", dir)
 		if o.SyncNamespace {
@@ -267,7 +273,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		r.targets = append(r.targets, &target{path: pathMount, fs: osFS{root: root}})
 	}
 	if useAPI {
-		c, err := client.New(ctx, client.Options{MDS: o.MDS})
+		c, err := client.New(ctx, client.Options{MDS: o.MDS, Creds: o.Creds})
 		if err != nil {
 			return nil, err
 		}
@@ -287,7 +293,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			}
 		}()
 		r.targets = append(r.targets, &target{path: pathAPI, fs: api, reader: func() (fsys, func(), error) {
-			c2, err := client.New(ctx, client.Options{MDS: o.MDS})
+			c2, err := client.New(ctx, client.Options{MDS: o.MDS, Creds: o.Creds})
 			if err != nil {
 				return nil, nil, err
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
 	"github.com/shoalfs/shoal/gds"
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
@@ -46,6 +47,9 @@ type Options struct {
 	// read (needs root), so that buffered reads come from the disk.
 	DropCaches bool
 	Out        io.Writer
+	// Creds is the client's mutual TLS identity; nil: plaintext (a
+	// cluster run --insecure).
+	Creds *wire.Creds
 }
 
 // Row is one measured way of reading.
@@ -109,7 +113,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	info := dev.Info()
 	res := &Result{Device: info.Name, CuFileMode: info.CuFileMode}
 	fmt.Fprintf(o.Out, "device: %s %s; local reads take the %s path; cuFile: %s\n", info.Kind, info.Name, info.DirectPath, orNone(info.CuFileMode))
-	cl, err := client.New(ctx, client.Options{MDS: o.MDS, Name: "gpu-check"})
+	cl, err := client.New(ctx, client.Options{MDS: o.MDS, Name: "gpu-check", Creds: o.Creds})
 	if err != nil {
 		return nil, err
 	}
