@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -31,6 +32,8 @@ type localFlags struct {
 	debug, allowOther, syncNamespace bool
 	insecure                         bool // plaintext: no CA, no certificates
 	wireCompression                  string
+	worker                           workerFlags // the MDS's administration worker (servers.go)
+	scrub                            scrubFlags  // the OSTs' background scrub (servers.go)
 }
 
 func newLocalCmd(g *globals) *cobra.Command {
@@ -54,7 +57,12 @@ With --mds-replicas 3 the MDS is a replicated group of three members (Raft),
 member i on DIR/mds-i and its own port; DIR/mds.addr holds the comma-separated
 list of their addresses (what --mds takes), and a restart on the same --dir
 uses the same addresses again (the group knows its members by them).`,
-		RunE: func(cmd *cobra.Command, args []string) error { return runLocal(g, f) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if p := append(workerChecks(cmd, args), scrubChecks(cmd, args)...); len(p) > 0 {
+				return errors.New(strings.Join(p, "; "))
+			}
+			return runLocal(g, f)
+		},
 	}
 	cmd.Flags().StringVar(&f.dir, "dir", "./shoal-data", "directory holding the MDS database and the OSTs")
 	cmd.Flags().StringVar(&f.mount, "mount", "", "mount point (empty: do not mount)")
@@ -70,6 +78,8 @@ uses the same addresses again (the group knows its members by them).`,
 	syncNamespaceFlag(cmd, &f.syncNamespace)
 	wireCompressionFlag(cmd, &f.wireCompression)
 	allowOtherFlag(cmd, &f.allowOther)
+	addWorkerFlags(cmd, &f.worker)
+	addScrubFlags(cmd, &f.scrub)
 	cmd.Flags().BoolVar(&f.insecure, "insecure", os.Getenv("SHOAL_INSECURE") == "1", "serve plaintext, without a CA or certificates: anyone who can reach the ports can read and write every file (default $SHOAL_INSECURE=1)")
 	return cmd
 }
@@ -117,8 +127,17 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	serveOpts := []wire.ServerOpt{wire.ServeCreds(mdsCreds), wire.ServeAuthorizer(mds.Authorize), wire.ServeLogger(log.With("proc", "mds"))}
 
+	admin, err := f.worker.options()
+	if err != nil {
+		return err
+	}
+	scrub, err := f.scrub.options()
+	if err != nil {
+		return err
+	}
 	mo := mds.Options{
-		Dir: filepath.Join(f.dir, "mds"), Logger: log.With("proc", "mds"),
+		Admin: admin,
+		Dir:   filepath.Join(f.dir, "mds"), Logger: log.With("proc", "mds"),
 		Registry:      prometheus.WrapRegistererWith(prometheus.Labels{"proc": "mds"}, reg),
 		DefaultLayout: &mdspb.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)},
 		Creds:         mdsCreds,
@@ -168,7 +187,7 @@ func runLocal(g *globals, f *localFlags) error {
 	for i := 1; i <= f.osts; i++ {
 		dir := filepath.Join(f.dir, fmt.Sprintf("ost-%02d", i))
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"proc": fmt.Sprintf("ost-%02d", i)}, reg)
-		o, srv, err := startOSTWith(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr, ostCreds)
+		o, srv, err := startOST(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr, ostCreds, scrub)
 		if err != nil {
 			return err
 		}

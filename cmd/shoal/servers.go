@@ -137,7 +137,7 @@ func newOSTCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o, srv, err := startOSTScrub(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub)
+			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub)
 			if err != nil {
 				return err
 			}
@@ -164,20 +164,11 @@ func dataListenFlag(cmd *cobra.Command, dst *string, usage string) {
 	cmd.Flags().StringVar(dst, "data-listen", "", usage)
 }
 
-// startOST opens an OST on dir, serves it on listen (gRPC) and dataListen
-// (the data path; "": the host of listen, any port) and registers it with
-// the MDS.
-func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string) (*ost.Server, *wire.Server, error) {
-	return startOSTWith(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, nil)
-}
-
-// startOSTWith is startOST with mutual TLS (creds nil: plaintext).
-func startOSTWith(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds) (*ost.Server, *wire.Server, error) {
-	return startOSTScrub(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, ost.ScrubOptions{})
-}
-
-// startOSTScrub is startOSTWith with the scrubber's options.
-func startOSTScrub(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds, scrub ost.ScrubOptions) (*ost.Server, *wire.Server, error) {
+// startOST opens an OST on dir with the scrubber's options, serves it on
+// listen (gRPC) and dataListen (the data path; "": the host of listen, any
+// port) with mutual TLS (creds nil: plaintext), and registers it with the
+// MDS.
+func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds, scrub ost.ScrubOptions) (*ost.Server, *wire.Server, error) {
 	srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(ost.Authorize), wire.ServeLogger(log))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", listen, err)
