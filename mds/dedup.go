@@ -3,9 +3,11 @@ package mds
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/wire"
@@ -16,12 +18,19 @@ import (
 // sends every call with a request id (wire.RequestIDHeader) that stays the
 // same when it retries the call at another member after a leader change
 // or a timeout. The mutation's batch records the id ("q" key, expiring
-// after requestTTL), so a retry of a mutation that was applied finds it and
-// is not applied again (errDuplicate). The retry's answer is then derived
-// from the current state by the method's entry in dupReplies (a create
-// answers with the entry it created, an unlink with success), so a create
-// retried after its first try was applied neither creates twice nor fails
-// with EEXIST.
+// after requestTTL) together with the mutation's answer (txn.setReply:
+// the attributes of the inode it made or changed, the attributes of the
+// inode an unlink removed), in the same Raft entry as the mutation. So a
+// retry of a mutation that was applied finds it, is not applied again
+// (errDuplicate), and gets the first try's answer back, even if other
+// clients renamed or removed the name in between: a create retried after
+// another client renamed its file away answers with the file it created,
+// not ENOENT, and creates nothing.
+//
+// Methods that record no answer (Rename and Rmdir, whose answer is
+// empty), and records written before answers were, fall back to the
+// method's entry in dupReplies, which derives an answer from the current
+// state (a create answers with the entry at its name).
 //
 // Only the methods of dupReplies take part; any other call runs again when
 // retried (reads, sessions, allocations: an allocation retried leaves an
@@ -29,12 +38,15 @@ import (
 
 type reqIDKey struct{}
 
-// reqSlot is a call's request id, and whether update found it applied.
-// (The handler's error reaches the wrapper already turned into a gRPC
-// status by the server's interceptor, so the finding travels here.)
+// reqSlot is a call's request id, whether update found it applied, and
+// then the answer the first try recorded, if replied. (The handler's
+// error reaches the wrapper already turned into a gRPC status by the
+// server's interceptor, so the finding travels here.)
 type reqSlot struct {
-	id  string
-	dup bool
+	id      string
+	dup     bool
+	reply   []byte
+	replied bool
 }
 
 // requestSlot returns the call's request id slot when the MDS is
@@ -47,7 +59,25 @@ func (s *Server) requestSlot(ctx context.Context) *reqSlot {
 	return sl
 }
 
-// dupReplies derives the answer of a retried mutation that was applied.
+// dupRecorded are the answer types of the methods that record their
+// answer (setReply), and what a retry does with the recorded answer
+// beyond returning it (nil: nothing).
+var dupRecorded = map[string]struct {
+	reply func() proto.Message
+	fix   func(s *Server, ctx context.Context, req any, reply proto.Message) (any, error)
+}{
+	"Create":      {func() proto.Message { return &mdspb.AttrReply{} }, dupCreateRecorded},
+	"Mkdir":       {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Symlink":     {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Link":        {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Unlink":      {func() proto.Message { return &mdspb.UnlinkReply{} }, nil},
+	"SetAttr":     {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"SetXattr":    {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"RemoveXattr": {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+}
+
+// dupReplies derives the answer of a retried mutation that was applied
+// when it recorded none.
 var dupReplies = map[string]func(s *Server, ctx context.Context, req any) (any, error){
 	"Create": dupCreate,
 	"Mkdir": func(s *Server, ctx context.Context, req any) (any, error) {
@@ -85,7 +115,7 @@ var dupReplies = map[string]func(s *Server, ctx context.Context, req any) (any, 
 
 // serviceDesc is the Mds service description with the methods of
 // dupReplies wrapped: the request id goes into the context, and an
-// errDuplicate becomes the derived answer.
+// errDuplicate becomes the recorded answer, or else the derived one.
 func (s *Server) serviceDesc() *grpc.ServiceDesc {
 	d := mdspb.Mds_ServiceDesc
 	d.Methods = append([]grpc.MethodDesc(nil), d.Methods...)
@@ -107,7 +137,18 @@ func (s *Server) serviceDesc() *grpc.ServiceDesc {
 			rec := func(v any) error { req = v; return dec(v) }
 			resp, err := orig(srv, ctx, rec, ic)
 			if err != nil && slot.dup && req != nil {
-				s.log.DebugContext(ctx, "retried request already applied", "op", m.MethodName, "request", ids[0])
+				s.log.DebugContext(ctx, "retried request already applied", "op", m.MethodName, "request", ids[0], "recorded", slot.replied)
+				if rec, ok := dupRecorded[m.MethodName]; ok && slot.replied {
+					out := rec.reply()
+					if err := proto.Unmarshal(slot.reply, out); err != nil {
+						return nil, wire.ToStatus(fmt.Errorf("mds: recorded answer of request %q: %v: %w", ids[0], err, errs.ErrCorrupt))
+					}
+					if rec.fix == nil {
+						return out, nil
+					}
+					resp, err := rec.fix(s, ctx, req, out)
+					return resp, wire.ToStatus(err)
+				}
 				resp, err := derive(s, ctx, req)
 				return resp, wire.ToStatus(err)
 			}
@@ -149,4 +190,39 @@ func dupCreate(s *Server, ctx context.Context, req any) (any, error) {
 		return out, nil
 	}
 	return &mdspb.AttrReply{Attr: o.GetAttr(), Handle: o.GetHandle(), Created: true}, nil
+}
+
+// dupCreateRecorded completes the recorded answer of a retried Create
+// (the attributes of the file it created, Created). With open_session the
+// first try also opened the file for the session, and the retry must
+// return an open handle too: it opens the created inode (by its number,
+// whatever its name is now) for the session, as dupCreate does by name.
+// If the session is gone (a new leader), the file was removed since, or
+// another client wrote to it in between, it answers Created = false and
+// no handle, and the caller opens the inode itself (client.CreateFileIn),
+// as for a create of an existing file.
+func dupCreateRecorded(s *Server, ctx context.Context, req any, reply proto.Message) (any, error) {
+	r := req.(*mdspb.CreateRequest)
+	out := reply.(*mdspb.AttrReply)
+	out.Handle = 0
+	if r.GetOpenSession() == 0 || !isReg(out.GetAttr().GetMode()) {
+		return out, nil
+	}
+	o, err := s.Open(ctx, &mdspb.OpenRequest{Session: r.GetOpenSession(), Ino: out.GetAttr().GetIno(), Extents: true})
+	switch {
+	case errors.Is(err, errs.ErrStale), errors.Is(err, errs.ErrNotFound):
+		out.Created = false
+		return out, nil
+	case err != nil:
+		return nil, err
+	}
+	if len(o.GetExtents()) > 0 || o.GetAttr().GetSize() != 0 {
+		if err := s.releaseHandle(r.GetOpenSession(), o.GetHandle()); err != nil {
+			s.log.WarnContext(ctx, "release handle of a retried create", "ino", out.GetAttr().GetIno(), "err", err)
+		}
+		out.Created = false
+		return out, nil
+	}
+	out.Handle = o.GetHandle()
+	return out, nil
 }

@@ -210,7 +210,7 @@ func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mds
 		}
 		t.touch(n)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }
@@ -317,6 +317,9 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 		t.dirChanged(p)
 		out = attrReply(n)
 		out.Created = true
+		if err := t.setReply(out); err != nil {
+			return err
+		}
 		return s.openCreated(t, req, out)
 	})
 	return out, err
@@ -412,7 +415,7 @@ func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.
 		p.Attr.Nlink++
 		t.dirChanged(p)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }
@@ -464,7 +467,7 @@ func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mds
 		}
 		t.dirChanged(p)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }
@@ -533,7 +536,7 @@ func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.Att
 		t.touch(n)
 		t.dirChanged(p)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }
@@ -627,7 +630,7 @@ func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb
 		}
 		t.dirChanged(p)
 		out = &mdspb.UnlinkReply{Attr: proto.Clone(n.Attr).(*mdspb.Attr)}
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }

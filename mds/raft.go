@@ -165,6 +165,7 @@ type replica struct {
 	removed bool // this member was removed from the group
 
 	closeOnce sync.Once // close runs once: Halt, then Server.Close
+	stopOnce  sync.Once // stopLoop runs once
 	closeErr  error
 }
 
@@ -881,13 +882,23 @@ func applyRepr(db *pebble.DB, b *pebble.Batch, repr []byte) error {
 	return err
 }
 
+// stopLoop stops the Ready loop between two Ready batches and waits for
+// it: nothing more is persisted, sent or applied by it. Only the first
+// call does anything. (A power-cut test clones the member's file system
+// right after it, before close writes anything more.)
+func (r *replica) stopLoop() {
+	r.stopOnce.Do(func() {
+		r.stopCtxCancel()
+		close(r.stop)
+		<-r.done
+	})
+}
+
 // close stops the loop, the node and the transport, and closes the log.
 // Only the first call does anything.
 func (r *replica) close() error {
 	r.closeOnce.Do(func() {
-		r.stopCtxCancel()
-		close(r.stop)
-		<-r.done
+		r.stopLoop()
 		r.node.Stop()
 		r.net.close()
 		r.stepDown()
@@ -984,3 +995,13 @@ func (s *Server) StateDigest() (applied uint64, digest [32]byte, err error) {
 
 // errDuplicate: a mutation with this request id was applied already.
 var errDuplicate = errors.New("mds: request already applied")
+
+// dupError is errDuplicate with the answer the mutation recorded
+// (replied; runTxn).
+type dupError struct {
+	reply   []byte
+	replied bool
+}
+
+func (e *dupError) Error() string        { return errDuplicate.Error() }
+func (e *dupError) Is(target error) bool { return target == errDuplicate }

@@ -10,7 +10,8 @@ import "encoding/binary"
 //	key                                 value
 //	"R"                                 applied index(8) + applied term(8): the last Raft entry in this database
 //	"P" + member id(8)                  member address: the group's configuration as of the applied index
-//	"q" + request id                    expiry ns(8): a mutation with this request id was applied
+//	"q" + request id                    expiry ns(8) [+ 0x01 + encoded reply]: a mutation with this request id
+//	                                    was applied, and its answer (raftapply.go, encodeReqValue)
 //	"Q" + expiry ns(8) + request id     empty: the expiry index of the "q" keys, scanned by GC
 //
 // The Raft log itself (entries, hard state, snapshot metadata) is not in

@@ -21,29 +21,77 @@ import (
 const requestTTL = 10 * time.Minute
 
 // runTxn runs fn in t, with the request id check and record, and flushes.
+// The record ("q" key) goes into the mutation's own batch, so into the
+// same Raft entry, with the answer fn recorded (txn.setReply): a retry
+// that finds it gets that answer back (errDuplicate carries it), whatever
+// happened to the names since. Only a txn that wrote something records
+// its id (t.b is the overlay, which holds other proposals too).
 func (r *replica) runTxn(t *txn, reqID string, fn func(t *txn) error) error {
 	if reqID != "" {
-		if _, err := getValue(t.b, reqKey(reqID)); err == nil {
-			return errDuplicate
+		if v, err := getValue(t.b, reqKey(reqID)); err == nil {
+			reply, ok := decodeReqValue(v)
+			return &dupError{reply: reply, replied: ok}
 		} else if !errors.Is(err, errs.ErrNotFound) {
 			return err
 		}
+		t.reqID = reqID
 	}
+	before := t.b.Count()
 	if err := fn(t); err != nil {
 		return err
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
-	if reqID != "" && !t.b.Empty() {
+	if reqID != "" && t.b.Count() != before {
 		due := t.now + int64(requestTTL)
-		if err := t.b.Set(reqKey(reqID), encodeU64(uint64(due)), nil); err != nil {
+		if err := t.b.Set(reqKey(reqID), encodeReqValue(due, t.reply, t.replied), nil); err != nil {
 			return err
 		}
 		if err := t.b.Set(reqExpKey(due, reqID), nil, nil); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// reqReplied marks a "q" value that carries the mutation's answer.
+const reqReplied = 1
+
+// encodeReqValue is a "q" key's value: the expiry, then, when the
+// mutation recorded its answer, reqReplied and the encoded answer.
+func encodeReqValue(due int64, reply []byte, replied bool) []byte {
+	v := encodeU64(uint64(due))
+	if !replied {
+		return v
+	}
+	v = append(v, reqReplied)
+	return append(v, reply...)
+}
+
+// decodeReqValue returns the answer recorded in a "q" value; ok is false
+// when there is none (a method that records none, or a record written
+// before answers were recorded).
+func decodeReqValue(v []byte) (reply []byte, ok bool) {
+	if len(v) < 9 || v[8] != reqReplied {
+		return nil, false
+	}
+	return v[9:], true
+}
+
+// setReply records m as the answer of the mutation, for a retry with the
+// same request id (dedup.go). It encodes m now, so later changes to m
+// (a handle opened for the caller) are not part of it. Without a request
+// id it does nothing: the hot path of a call without one pays nothing.
+func (t *txn) setReply(m proto.Message) error {
+	if t.reqID == "" {
+		return nil
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	t.reply, t.replied = b, true
 	return nil
 }
 

@@ -28,6 +28,12 @@ type txn struct {
 	inodes  map[uint64]*cachedInode
 	refs    map[uint64]*refDelta
 	inoDiff int64 // change of the "inodes" counter
+
+	// reqID is the request id of a replicated mutation (runTxn); reply
+	// is the answer it recorded for a retry (setReply), if replied.
+	reqID   string
+	reply   []byte
+	replied bool
 }
 
 type cachedInode struct {
@@ -73,8 +79,10 @@ func (s *Server) updateFor(ctx context.Context, fn func(t *txn) error) error {
 			id = sl.id
 		}
 		err := s.raft.propose(ctx, id, fn)
-		if errors.Is(err, errDuplicate) && sl != nil {
+		var de *dupError
+		if errors.As(err, &de) && sl != nil {
 			sl.dup = true
+			sl.reply, sl.replied = de.reply, de.replied
 		}
 		return err
 	}

@@ -206,7 +206,7 @@ func (s *Server) SetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *m
 		n.Attr.CtimeNs = t.now
 		t.touch(n)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }
@@ -326,7 +326,7 @@ func (s *Server) RemoveXattr(ctx context.Context, req *mdspb.RemoveXattrRequest)
 		n.Attr.CtimeNs = t.now
 		t.touch(n)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	return out, err
 }
