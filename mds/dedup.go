@@ -66,14 +66,15 @@ var dupRecorded = map[string]struct {
 	reply func() proto.Message
 	fix   func(s *Server, ctx context.Context, req any, reply proto.Message) (any, error)
 }{
-	"Create":      {func() proto.Message { return &mdspb.AttrReply{} }, dupCreateRecorded},
-	"Mkdir":       {func() proto.Message { return &mdspb.AttrReply{} }, nil},
-	"Symlink":     {func() proto.Message { return &mdspb.AttrReply{} }, nil},
-	"Link":        {func() proto.Message { return &mdspb.AttrReply{} }, nil},
-	"Unlink":      {func() proto.Message { return &mdspb.UnlinkReply{} }, nil},
-	"SetAttr":     {func() proto.Message { return &mdspb.AttrReply{} }, nil},
-	"SetXattr":    {func() proto.Message { return &mdspb.AttrReply{} }, nil},
-	"RemoveXattr": {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Create":        {func() proto.Message { return &mdspb.AttrReply{} }, dupCreateRecorded},
+	"Mkdir":         {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Symlink":       {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Link":          {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Unlink":        {func() proto.Message { return &mdspb.UnlinkReply{} }, nil},
+	"SetAttr":       {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"CommitExtents": {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"SetXattr":      {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"RemoveXattr":   {func() proto.Message { return &mdspb.AttrReply{} }, nil},
 }
 
 // dupReplies derives the answer of a retried mutation that was applied

@@ -11,6 +11,7 @@ import (
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestRaftRetryGetsRecordedAnswer: a mutation retried with the request id
@@ -189,4 +190,64 @@ func BenchmarkRaftCreateRequestID(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
+}
+
+// TestRaftRetriedCommitExtents: an extent commit retried with the request
+// id of a try that was applied is not applied again: it gets the first
+// try's answer, and what another client committed over the same range in
+// between stays in the map.
+func TestRaftRetriedCommitExtents(t *testing.T) {
+	gr := startGroup(t, 3)
+	gr.leader()
+	var addrs []string
+	for id := uint64(1); id <= 3; id++ {
+		addrs = append(addrs, gr.addrs[id])
+	}
+	gc, err := wire.DialGroup(strings.Join(addrs, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	cli := mdspb.NewMdsClient(gc)
+	ctx := context.Background()
+	for i := range 6 {
+		if _, err := cli.RegisterOst(ctx, &mdspb.RegisterOstRequest{Uuid: fmt.Sprintf("ost-%d", i+1),
+			Addr: fmt.Sprintf("127.0.0.1:%d", i+1), Capacity: 1 << 40, Free: 1 << 40}); err != nil {
+			t.Fatalf("register: %v", err)
+		}
+	}
+	f, err := cli.Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: []byte("f"), Mode: sIFREG | 0o644, Exclusive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := f.GetAttr().GetIno()
+	al, err := cli.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: 2})
+	if err != nil || len(al.GetExtents()) != 2 {
+		t.Fatalf("alloc: %v (%d extents)", err, len(al.GetExtents()))
+	}
+	const mib = 1 << 20
+	a, b := written(al.Extents[0], mib), written(al.Extents[1], mib)
+	req := &mdspb.CommitExtentsRequest{Ino: ino, Extents: []*mdspb.ExtentRef{ref(0, mib, 0, a)}}
+	first, err := cli.CommitExtents(metadataCtx(ctx, wire.RequestIDHeader, "commit-a"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another client writes the same range.
+	if _, err := cli.CommitExtents(ctx, &mdspb.CommitExtentsRequest{Ino: ino, Extents: []*mdspb.ExtentRef{ref(0, mib, 0, b)}}); err != nil {
+		t.Fatal(err)
+	}
+	retry, err := cli.CommitExtents(metadataCtx(ctx, wire.RequestIDHeader, "commit-a"), req)
+	if err != nil {
+		t.Fatalf("retried commit: %v", err)
+	}
+	if !proto.Equal(retry, first) {
+		t.Fatalf("retried commit answered %v; first try %v", retry, first)
+	}
+	ge, err := cli.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: ino})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ge.GetExtents(); len(got) != 1 || got[0].GetExtent().GetId() != b.GetId() {
+		t.Fatalf("map after the retry: %v; want only extent %d (the other client's)", got, b.GetId())
+	}
 }

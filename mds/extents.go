@@ -297,7 +297,7 @@ func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequ
 		return nil, err
 	}
 	var out *mdspb.AttrReply
-	err = s.update(func(t *txn) error {
+	err = s.updateSynced(ctx, func(t *txn) error {
 		n, err := t.regularFile(req.GetIno())
 		if err != nil {
 			return err
@@ -341,7 +341,7 @@ func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequ
 		n.Attr.CtimeNs = t.now
 		t.touch(n)
 		out = attrReply(n)
-		return nil
+		return t.setReply(out)
 	})
 	if err != nil {
 		return nil, err

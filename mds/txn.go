@@ -97,6 +97,17 @@ func (s *Server) updateFor(ctx context.Context, fn func(t *txn) error) error {
 	return nil
 }
 
+// updateSynced is update for a call that carries a request id (an extent
+// commit): it returns once the mutation is durable, early reply or not,
+// and in a replicated MDS the request id in ctx makes it happen at most
+// once (dedup.go), as updateFor does.
+func (s *Server) updateSynced(ctx context.Context, fn func(t *txn) error) error {
+	if s.raft != nil {
+		return s.updateFor(ctx, fn)
+	}
+	return s.update(fn)
+}
+
 func earlyReply(ctx context.Context) bool {
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
