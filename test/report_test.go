@@ -113,10 +113,12 @@ func TestClientReportsCorruptChunk(t *testing.T) {
 		}
 		mustEqual(t, "degraded read", got, want)
 	}
+	// The chunk file is rewritten before the worker counts the repair:
+	// wait for both.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, err := os.ReadFile(path)
-		if err == nil && bytes.Equal(b, good) {
+		if err == nil && bytes.Equal(b, good) && metricValue(t, reg, "shoal_mds_admin_bad_chunks_repaired_total") > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
