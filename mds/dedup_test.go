@@ -23,17 +23,7 @@ import (
 // name's new file stays where it is).
 func TestRaftRetryGetsRecordedAnswer(t *testing.T) {
 	gr := startGroup(t, 3)
-	gr.leader()
-	var addrs []string
-	for id := uint64(1); id <= 3; id++ {
-		addrs = append(addrs, gr.addrs[id])
-	}
-	gc, err := wire.DialGroup(strings.Join(addrs, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	cli := mdspb.NewMdsClient(gc)
+	cli := groupClient(t, gr)
 	ctx := context.Background()
 	with := func(id string) context.Context { return metadataCtx(ctx, wire.RequestIDHeader, id) }
 	lookup := func(name string) (uint64, error) {
@@ -198,17 +188,7 @@ func BenchmarkRaftCreateRequestID(b *testing.B) {
 // between stays in the map.
 func TestRaftRetriedCommitExtents(t *testing.T) {
 	gr := startGroup(t, 3)
-	gr.leader()
-	var addrs []string
-	for id := uint64(1); id <= 3; id++ {
-		addrs = append(addrs, gr.addrs[id])
-	}
-	gc, err := wire.DialGroup(strings.Join(addrs, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	cli := mdspb.NewMdsClient(gc)
+	cli := groupClient(t, gr)
 	ctx := context.Background()
 	for i := range 6 {
 		if _, err := cli.RegisterOst(ctx, &mdspb.RegisterOstRequest{Uuid: fmt.Sprintf("ost-%d", i+1),
@@ -250,4 +230,21 @@ func TestRaftRetriedCommitExtents(t *testing.T) {
 	if got := ge.GetExtents(); len(got) != 1 || got[0].GetExtent().GetId() != b.GetId() {
 		t.Fatalf("map after the retry: %v; want only extent %d (the other client's)", got, b.GetId())
 	}
+}
+
+// groupClient waits for gr's leader and returns a client of the whole
+// group (leader following, as clients do), closed when the test ends.
+func groupClient(t *testing.T, gr *group) mdspb.MdsClient {
+	t.Helper()
+	gr.leader()
+	var addrs []string
+	for id := uint64(1); id <= 3; id++ {
+		addrs = append(addrs, gr.addrs[id])
+	}
+	gc, err := wire.DialGroup(strings.Join(addrs, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gc.Close() })
+	return mdspb.NewMdsClient(gc)
 }
