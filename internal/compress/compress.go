@@ -24,13 +24,16 @@
 //
 // Blocks carry a check of their decoded bytes, so that a decoder never
 // returns wrong bytes from a damaged block without an error: zstd frames
-// their own (a 32-bit xxHash64), s2 and byte-plane blocks a 4-byte trailer
-// (the low 32 bits of the xxHash64 of the block's logical bytes).
+// their own (a 32-bit xxHash64), s2 blocks a 4-byte trailer (the low 32
+// bits of the xxHash64 of the block's logical bytes), byte-plane blocks
+// the same check on each huff0 piece's output (format 2; format 1 blocks
+// a trailer like s2's).
 // Corruption is caught below this anyway (the OSTs' block CRCs cover the
 // stored bytes); this is the end-to-end check of the codec.
 //
 // The package is a leaf: it imports only internal/errs,
-// github.com/klauspost/compress and github.com/cespare/xxhash/v2.
+// github.com/klauspost/compress, github.com/cespare/xxhash/v2 and
+// golang.org/x/sys/cpu.
 package compress
 
 import (
@@ -268,7 +271,7 @@ func Encode(dst, src []byte, o Options) (r Result, ok bool, err error) {
 		if err != nil {
 			return Result{}, false, err
 		}
-		if w > 1 || o.Codec == S2 {
+		if w <= 1 && o.Codec == S2 {
 			out = binary.LittleEndian.AppendUint32(out, sum32(blk))
 		}
 		blen := len(out) - start
@@ -277,7 +280,7 @@ func Encode(dst, src []byte, o Options) (r Result, ok bool, err error) {
 			out = append(out[:start], blk...)
 			x.Blocks[b] = Block{Off: int64(start), Len: int64(len(blk)), Raw: true}
 		} else {
-			x.Blocks[b] = Block{Off: int64(start), Len: int64(blen), Width: uint8(w), Skip: uint8(skip)}
+			x.Blocks[b] = Block{Off: int64(start), Len: int64(blen), Width: uint8(w), Skip: uint8(skip), Planes2: w > 1}
 		}
 		// Give up early: when the rest cannot save enough even if it
 		// shrank to nothing, or when the first probeBlocks blocks saved

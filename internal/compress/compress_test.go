@@ -277,17 +277,18 @@ func TestCorrupt(t *testing.T) {
 		idx             []byte
 		stored, logical int64
 	}{
-		"empty":         {nil, stored, logical},
-		"version":       {mod(func(b []byte) []byte { b[0] = 2; return b }), stored, logical},
-		"codec":         {mod(func(b []byte) []byte { b[1] = 9; return b }), stored, logical},
-		"block size":    {mod(func(b []byte) []byte { b[2] = 30; return b }), stored, logical},
-		"truncated":     {idx[:len(idx)-1], stored, logical},
-		"trailing":      {append(append([]byte(nil), idx...), 0), stored, logical},
-		"logical":       {idx, stored, logical + 1},
-		"stored":        {idx, stored + 1, logical},
-		"stored > log":  {idx, logical + 1, logical},
-		"flags":         {mod(func(b []byte) []byte { b[len(b)-1] = 0x33; return b }), stored, logical},
-		"raw flag bits": {mod(func(b []byte) []byte { b[len(b)-1] = 0x82; return b }), stored, logical},
+		"empty":          {nil, stored, logical},
+		"version":        {mod(func(b []byte) []byte { b[0] = 2; return b }), stored, logical},
+		"codec":          {mod(func(b []byte) []byte { b[1] = 9; return b }), stored, logical},
+		"block size":     {mod(func(b []byte) []byte { b[2] = 30; return b }), stored, logical},
+		"truncated":      {idx[:len(idx)-1], stored, logical},
+		"trailing":       {append(append([]byte(nil), idx...), 0), stored, logical},
+		"logical":        {idx, stored, logical + 1},
+		"stored":         {idx, stored + 1, logical},
+		"stored > log":   {idx, logical + 1, logical},
+		"flags":          {mod(func(b []byte) []byte { b[len(b)-1] = 0x33; return b }), stored, logical},
+		"raw flag bits":  {mod(func(b []byte) []byte { b[len(b)-1] = 0x90; return b }), stored, logical},
+		"format 2 width": {mod(func(b []byte) []byte { b[len(b)-1] = 0x83; return b }), stored, logical},
 	}
 	for name, c := range cases {
 		if _, err := ParseIndex(c.idx, c.stored, c.logical); !errors.Is(err, errs.ErrCorrupt) {

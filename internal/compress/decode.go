@@ -25,7 +25,8 @@ func (x *Index) DecodeBlock(dst, src []byte, b int) error {
 		copy(dst, src)
 		return nil
 	}
-	checked := k.Width > 1 || x.Codec == S2
+	// Format 2 plane blocks check their huff0 pieces instead.
+	checked := k.Width <= 1 && x.Codec == S2 || k.Width > 1 && !k.Planes2
 	var sum uint32
 	if checked {
 		if len(src) < 4 {
@@ -36,7 +37,7 @@ func (x *Index) DecodeBlock(dst, src []byte, b int) error {
 	}
 	var err error
 	if k.Width > 1 {
-		err = decodePlanes(dst, src, int(k.Width), int(k.Skip))
+		err = decodePlanes(dst, src, int(k.Width), int(k.Skip), k.Planes2)
 	} else {
 		err = decodeInto(dst, src, x.Codec)
 	}

@@ -21,6 +21,7 @@ import (
 //	  uvarint  stored length
 //	  byte     flags: bits 0-3 plane width (0, 2, 4, 8), bits 4-6 skip
 //	           (bytes before the first element, < width), bit 7 raw
+//	           when the rest is 0, else plane block format 2 (planes.go)
 //
 // A raw block is stored as it is: its stored length is its logical
 // length, and it has no planes. An encoded block is shorter than its
@@ -41,6 +42,7 @@ type Block struct {
 	Width    uint8 // byte-plane width: 0 or 2, 4, 8
 	Skip     uint8 // bytes before the first element boundary, < Width
 	Raw      bool  // stored as is
+	Planes2  bool  // plane block format 2 (planes.go); Width > 1
 }
 
 const (
@@ -60,6 +62,9 @@ func (x *Index) Marshal() []byte {
 	for _, k := range x.Blocks {
 		b = binary.AppendUvarint(b, uint64(k.Len))
 		f := k.Width&0x0f | (k.Skip&0x07)<<4
+		if k.Planes2 {
+			f |= flagRaw
+		}
 		if k.Raw {
 			f = flagRaw
 		}
@@ -142,14 +147,16 @@ func ParseIndex(b []byte, stored, logical int64) (*Index, error) {
 		f := p[0]
 		p = p[1:]
 		blen := x.blockLen(i)
-		k := Block{Off: off, Len: int64(n), Raw: f&flagRaw != 0, Width: f & 0x0f, Skip: f >> 4 & 0x07}
+		k := Block{Off: off, Len: int64(n), Raw: f == flagRaw, Planes2: f&flagRaw != 0 && f != flagRaw, Width: f & 0x0f, Skip: f >> 4 & 0x07}
 		switch {
-		case k.Raw && (f != flagRaw || k.Len != blen):
+		case k.Raw && k.Len != blen:
 			return nil, corrupt("index: raw block %d of %d bytes stores %d (flags %#x)", i, blen, k.Len, f)
 		case !k.Raw && (k.Len == 0 || k.Len >= blen):
 			return nil, corrupt("index: block %d of %d bytes encoded in %d", i, blen, k.Len)
 		case !k.Raw && k.Width != 0 && k.Width != 2 && k.Width != 4 && k.Width != 8:
 			return nil, corrupt("index: block %d plane width %d", i, k.Width)
+		case k.Planes2 && k.Width == 0:
+			return nil, corrupt("index: block %d flags %#x: format 2 without planes", i, f)
 		case !k.Raw && k.Skip != 0 && k.Skip >= k.Width:
 			return nil, corrupt("index: block %d skip %d for width %d", i, k.Skip, k.Width)
 		case k.Len > stored-off:

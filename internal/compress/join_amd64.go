@@ -1,5 +1,7 @@
 package compress
 
+import "golang.org/x/sys/cpu"
+
 // SSE2 interleaves (join_amd64.s) of n elements, n a multiple of 16.
 //
 //go:noescape
@@ -49,4 +51,53 @@ func join(out []byte, planes [][]byte, m int) {
 		rest[j] = p[n:m]
 	}
 	joinGeneric(out[w*n:], rest[:w], m-n)
+}
+
+// SSSE3 exponent-row joins (join_amd64.s) of n elements, n a multiple
+// of 32: the codes of pairs go through table with PSHUFB.
+//
+//go:noescape
+func joinExp2SSSE3(out, r, pairs *byte, table *[16]byte, n int)
+
+//go:noescape
+func joinExp4SSSE3(out, p0, p1, r, pairs *byte, table *[16]byte, n int)
+
+var hasSSSE3 = cpu.X86.HasSSSE3
+
+// joinExp interleaves the m elements of an exponent row into out: planes
+// holds planes 0..w-3 and then R (w-1 slices of at least m bytes), pairs
+// the codes of the exponents, two to a byte. The assembly does whole
+// groups of 32 elements, joinExpGeneric the rest.
+func joinExp(out []byte, planes [][]byte, pairs []byte, table *[16]byte, m int) {
+	w := len(planes) + 1
+	if len(out) < w*m || len(pairs) < (m+1)/2 {
+		panic("compress: joinExp: short buffers")
+	}
+	for _, p := range planes {
+		if len(p) < m {
+			panic("compress: joinExp: short plane")
+		}
+	}
+	n := 0
+	if hasSSSE3 {
+		n = m &^ 31
+	}
+	if n > 0 {
+		switch w {
+		case 2:
+			joinExp2SSSE3(&out[0], &planes[0][0], &pairs[0], table, n)
+		case 4:
+			joinExp4SSSE3(&out[0], &planes[0][0], &planes[1][0], &planes[2][0], &pairs[0], table, n)
+		default:
+			n = 0
+		}
+	}
+	if n == m {
+		return
+	}
+	var rest [3][]byte
+	for j, p := range planes {
+		rest[j] = p[n:m]
+	}
+	joinExpGeneric(out[w*n:], rest[:w-1], pairs[n/2:], table, m-n)
 }

@@ -160,3 +160,142 @@ loop8:
 
 done8:
 	RET
+
+// Exponent rows (planes.go): 16 bytes of code pairs are 32 codes, split
+// into even (low nibble) and odd (high nibble) elements, looked up in the
+// 16-byte table with PSHUFB (SSSE3) and interleaved back into order. With
+// R (sign | 7 mantissa bits) each exponent e makes the element's top two
+// bytes: lo = e<<7 | R&0x7f, hi = R&0x80 | e>>1. The word shifts move
+// bits across byte boundaries; the masks drop them.
+
+// EXPCONST loads the table and the masks: X14 table, X13 0x0f, X12 0x7f,
+// X11 0x80 in every byte.
+#define EXPCONST \
+	MOVOU (BX), X14 \
+	MOVQ  $0x0f0f0f0f0f0f0f0f, AX \
+	MOVQ  AX, X13 \
+	PUNPCKLQDQ X13, X13 \
+	MOVQ  $0x7f7f7f7f7f7f7f7f, AX \
+	MOVQ  AX, X12 \
+	PUNPCKLQDQ X12, X12 \
+	PCMPEQB X11, X11 \
+	PXOR  X12, X11
+
+// EXPS turns the 16 code pairs at (DX) into the exponents of elements
+// 0-15 in X2 and 16-31 in X4.
+#define EXPS \
+	MOVOU (DX), X0 \
+	MOVO  X0, X1 \
+	PAND  X13, X0 \
+	PSRLW $4, X1 \
+	PAND  X13, X1 \
+	MOVO  X14, X2 \
+	PSHUFB X0, X2 \
+	MOVO  X14, X3 \
+	PSHUFB X1, X3 \
+	MOVO  X2, X4 \
+	PUNPCKLBW X3, X2 \
+	PUNPCKHBW X3, X4
+
+// TOP makes the top bytes of 16 elements from their exponents E and R
+// at addr: lo bytes in E, hi bytes in X6 (X5, X7 clobbered).
+#define TOP(E, addr) \
+	MOVOU addr, X5 \
+	MOVO  E, X6 \
+	PSRLW $1, X6 \
+	PAND  X12, X6 \
+	MOVO  X5, X7 \
+	PAND  X11, X7 \
+	POR   X7, X6 \
+	PSLLW $7, E \
+	PAND  X11, E \
+	PAND  X12, X5 \
+	POR   X5, E
+
+// func joinExp2SSSE3(out, r, pairs *byte, table *[16]byte, n int)
+// n (elements) is a multiple of 32; out holds 2n bytes.
+TEXT ·joinExp2SSSE3(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ r+8(FP), SI
+	MOVQ pairs+16(FP), DX
+	MOVQ table+24(FP), BX
+	MOVQ n+32(FP), CX
+	SHRQ $5, CX
+	JZ   doneE2
+	EXPCONST
+
+loopE2:
+	EXPS
+	TOP(X2, (SI))
+	MOVO  X2, X7
+	PUNPCKLBW X6, X2
+	PUNPCKHBW X6, X7
+	MOVOU X2, (DI)
+	MOVOU X7, 16(DI)
+	TOP(X4, 16(SI))
+	MOVO  X4, X7
+	PUNPCKLBW X6, X4
+	PUNPCKHBW X6, X7
+	MOVOU X4, 32(DI)
+	MOVOU X7, 48(DI)
+	ADDQ  $16, DX
+	ADDQ  $32, SI
+	ADDQ  $64, DI
+	DECQ  CX
+	JNZ   loopE2
+
+doneE2:
+	RET
+
+// JOIN4 interleaves 16 elements: bytes 0 and 1 from the planes at a and
+// b, bytes 2 and 3 from E and X6, into 64 bytes at o(DI).
+#define JOIN4(E, a, b, o) \
+	MOVOU a, X0 \
+	MOVOU b, X1 \
+	MOVO  X0, X3 \
+	PUNPCKLBW X1, X0 \
+	PUNPCKHBW X1, X3 \
+	MOVO  E, X5 \
+	PUNPCKLBW X6, E \
+	PUNPCKHBW X6, X5 \
+	MOVO  X0, X7 \
+	PUNPCKLWL E, X0 \
+	PUNPCKHWL E, X7 \
+	MOVO  X3, X8 \
+	PUNPCKLWL X5, X3 \
+	PUNPCKHWL X5, X8 \
+	MOVOU X0, o(DI) \
+	MOVOU X7, o+16(DI) \
+	MOVOU X3, o+32(DI) \
+	MOVOU X8, o+48(DI)
+
+// func joinExp4SSSE3(out, p0, p1, r, pairs *byte, table *[16]byte, n int)
+// n (elements) is a multiple of 32; out holds 4n bytes.
+TEXT ·joinExp4SSSE3(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ p0+8(FP), SI
+	MOVQ p1+16(FP), R8
+	MOVQ r+24(FP), R9
+	MOVQ pairs+32(FP), DX
+	MOVQ table+40(FP), BX
+	MOVQ n+48(FP), CX
+	SHRQ $5, CX
+	JZ   doneE4
+	EXPCONST
+
+loopE4:
+	EXPS
+	TOP(X2, (R9))
+	JOIN4(X2, (SI), (R8), 0)
+	TOP(X4, 16(R9))
+	JOIN4(X4, 16(SI), 16(R8), 64)
+	ADDQ  $16, DX
+	ADDQ  $32, SI
+	ADDQ  $32, R8
+	ADDQ  $32, R9
+	ADDQ  $128, DI
+	DECQ  CX
+	JNZ   loopE4
+
+doneE4:
+	RET
