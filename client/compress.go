@@ -200,21 +200,28 @@ func (c *Client) readBlockPooled(ctx context.Context, ext *mdspb.Extent, b int64
 // runsInFlight runs of one read are fetched and decoded at once, so that
 // the fetch of one run overlaps the decoding of another. Fetching block
 // by block cost one or two chunk reads of well under a cell per block.
+// A run is at least minRunBytes (unless the read is smaller): each run
+// costs its own chunk requests, and cutting a 4 MiB tensor read into
+// four runs of under a cell each cost a checkpoint restore of F32
+// tensors 0.13 cpu-s per 256 MiB, where runs of 2 MiB cost 0.05-0.07
+// (BenchmarkRestore; the default cell is 1 MiB). Restores and large reads
+// have other reads in flight beside them to overlap with.
 const (
 	runBytes     = 4 << 20
+	minRunBytes  = 2 << 20
 	runsInFlight = 4
 )
 
 // run is a run of blocks [b0, b1) of one read, fetched together.
 type run struct{ b0, b1 int }
 
-// runsOf cuts blocks [b0, b1) of x into runs: at least min(blocks,
-// runsInFlight) of them for a pipeline, each at most runBytes stored
+// runsOf cuts blocks [b0, b1) of x into runs: up to runsInFlight of them
+// for a pipeline, each at least minRunBytes and at most runBytes stored
 // (or one block). cached reports blocks the caller takes from elsewhere:
 // they end a run and are left out.
 func runsOf(x *compress.Index, b0, b1 int, cached func(b int) bool) []run {
 	_, total := x.StoredRange(b0, b1)
-	limit := min(int64(runBytes), max(total/runsInFlight, 1))
+	limit := min(int64(runBytes), max(total/runsInFlight, minRunBytes))
 	var out []run
 	cur := run{b0, b0}
 	var n int64
