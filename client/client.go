@@ -217,6 +217,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	*c = Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
 		data: datanet.NewClient(dopts), bufs: bufs}
+	registerDataStats(o.Registry, c.data.Stats)
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.ostAddr = map[uint32]string{}
 	c.mu.dataAddr = map[uint32]dataRoute{}

@@ -1,6 +1,10 @@
 package client
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoalfs/shoal/internal/datanet"
+)
 
 type metrics struct {
 	readBytes     prometheus.Counter
@@ -42,4 +46,29 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored)
 	}
 	return m
+}
+
+// registerDataStats exposes the data path's byte counts (datanet.Stats)
+// on reg, read at each scrape: the chunk payload bytes written and read,
+// and the bytes that carried them on the wire, fewer where wire
+// compression paid (docs/compression.md, "Wire compression").
+func registerDataStats(reg prometheus.Registerer, stats func() datanet.Stats) {
+	if reg == nil {
+		return
+	}
+	for _, d := range []struct {
+		direction     string
+		payload, wire func(datanet.Stats) uint64
+	}{
+		{"write", func(s datanet.Stats) uint64 { return s.WriteBytes }, func(s datanet.Stats) uint64 { return s.WriteWireBytes }},
+		{"read", func(s datanet.Stats) uint64 { return s.ReadBytes }, func(s datanet.Stats) uint64 { return s.ReadWireBytes }},
+	} {
+		labels := prometheus.Labels{"direction": d.direction}
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shoal_client_data_payload_bytes_total", Help: "Chunk payload bytes of successful data path requests, by direction (write, read).", ConstLabels: labels},
+				func() float64 { return float64(d.payload(stats())) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shoal_client_data_wire_bytes_total", Help: "Bytes on the wire that carried the chunk payloads, after wire compression, by direction.", ConstLabels: labels},
+				func() float64 { return float64(d.wire(stats())) }),
+		)
+	}
 }

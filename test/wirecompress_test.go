@@ -32,10 +32,15 @@ func TestWireCompression(t *testing.T) {
 
 	for _, name := range []string{"text", "random"} {
 		data := files[name]
-		w := cl.ClientWith(client.Options{WireCompression: client.WireS2})
+		creg := prometheus.NewRegistry()
+		w := cl.ClientWith(client.Options{WireCompression: client.WireS2, Registry: creg})
 		before := counterValue(t, reg, "shoal_ost_write_bytes_total")
 		writeFile(t, w, "/"+name, data)
 		st := w.DataStats()
+		// The same counts as metrics.
+		if p, wb := counterValue(t, creg, "shoal_client_data_payload_bytes_total"), counterValue(t, creg, "shoal_client_data_wire_bytes_total"); uint64(p) != st.WriteBytes+st.ReadBytes || uint64(wb) != st.WriteWireBytes+st.ReadWireBytes {
+			t.Errorf("%s: metrics say %v payload bytes and %v on the wire, DataStats %+v", name, p, wb, st)
+		}
 		stored := counterValue(t, reg, "shoal_ost_write_bytes_total") - before
 		if uint64(stored) != st.WriteBytes {
 			t.Errorf("%s: the OSTs stored %v bytes, the client wrote %d", name, stored, st.WriteBytes)
