@@ -76,6 +76,18 @@ func (af *adminFlags) stub() (mdspb.MdsClient, func(), error) {
 	return mdspb.NewMdsClient(cc), func() { cc.Close() }, nil
 }
 
+// dial returns an MDS stub and a call context (cancelled by a signal, 10
+// minutes at most), and the function that releases both: the start of
+// every admin command that calls the MDS.
+func (af *adminFlags) dial() (context.Context, mdspb.MdsClient, func(), error) {
+	stub, done, err := af.stub()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := callCtx()
+	return ctx, stub, func() { cancel(); done() }, nil
+}
+
 func callCtx() (context.Context, context.CancelFunc) {
 	ctx, cancel := signalContext()
 	ctx2, cancel2 := context.WithTimeout(ctx, 10*time.Minute)
@@ -122,13 +134,11 @@ func adminDfCmd(af *adminFlags) *cobra.Command {
 		Short: "Capacity, used space, chunks and state of every OST, and the cluster's imbalance",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stub, done, err := af.stub()
+			ctx, stub, done, err := af.dial()
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx()
-			defer cancel()
 			r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
 			if err != nil {
 				return err
@@ -170,13 +180,11 @@ func adminOstsCmd(af *adminFlags) *cobra.Command {
 		Short: "List the OSTs with their state (up, down, draining, removed) and last heartbeat",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stub, done, err := af.stub()
+			ctx, stub, done, err := af.dial()
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx()
-			defer cancel()
 			r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
 			if err != nil {
 				return err
@@ -406,13 +414,11 @@ func setState(cmd *cobra.Command, af *adminFlags, ost, state string, force bool)
 	if err != nil {
 		return err
 	}
-	stub, done, err := af.stub()
+	ctx, stub, done, err := af.dial()
 	if err != nil {
 		return err
 	}
 	defer done()
-	ctx, cancel := callCtx()
-	defer cancel()
 	o, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: state, Force: force})
 	if err != nil {
 		return err
@@ -471,13 +477,11 @@ func adminRebalanceCmd(af *adminFlags) *cobra.Command {
 				req.MaxBandwidth = n
 			}
 			if dry {
-				stub, done, err := af.stub()
+				ctx, stub, done, err := af.dial()
 				if err != nil {
 					return err
 				}
 				defer done()
-				ctx, cancel := callCtx()
-				defer cancel()
 				p, err := stub.PlanRebalance(ctx, req)
 				if err != nil {
 					return err
@@ -561,13 +565,11 @@ func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
 		Short: "Stop the " + kind + " job after its current batch (resume continues it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stub, done, err := af.stub()
+			ctx, stub, done, err := af.dial()
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx()
-			defer cancel()
 			j, err := stub.StopJob(ctx, &mdspb.JobRequest{Kind: kind})
 			if err != nil {
 				return err
@@ -723,13 +725,11 @@ func adminFsckCmd(af *adminFlags) *cobra.Command {
 		Short: "Check that every extent has its chunks and every chunk belongs to an extent; --repair fixes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stub, done, err := af.stub()
+			ctx, stub, done, err := af.dial()
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx()
-			defer cancel()
 			r, err := stub.Fsck(ctx, &mdspb.FsckRequest{Repair: repair, OrphanGraceNs: int64(grace)})
 			if err != nil {
 				return err
@@ -773,13 +773,11 @@ func adminGCCmd(af *adminFlags) *cobra.Command {
 		Short: "Collect now the orphans and replaced extents past their grace period",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stub, done, err := af.stub()
+			ctx, stub, done, err := af.dial()
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx()
-			defer cancel()
 			r, err := stub.RunGC(ctx, &mdspb.GCRequest{})
 			if err != nil {
 				return err

@@ -64,6 +64,19 @@ type ckptSess struct {
 	bar *ckptBar
 }
 
+// session opens a checkpoint session under a context that a signal
+// cancels, and returns the function that closes both: the start of every
+// ckpt command.
+func (f *ckptFlags) session(g *globals, o ckpt.Options) (context.Context, *ckptSess, func(), error) {
+	ctx, stop := signalContext()
+	sess, err := f.open(ctx, g, o)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, sess, func() { sess.close(); stop() }, nil
+}
+
 func (f *ckptFlags) open(ctx context.Context, g *globals, o ckpt.Options) (*ckptSess, error) {
 	if err := requireMDS(f.mds); err != nil {
 		return nil, err
@@ -193,13 +206,11 @@ func ckptLs(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "List the jobs, or the checkpoints of JOB (staging directories of saves in progress are never listed)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{})
+			ctx, sess, done, err := f.session(g, ckpt.Options{})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			if len(args) == 0 {
 				return ckptLsJobs(ctx, sess.s, f.json)
 			}
@@ -299,13 +310,11 @@ func ckptShow(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{})
+			ctx, sess, done, err := f.session(g, ckpt.Options{})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			m, in, err := sess.s.Manifest(ctx, args[0], step)
 			if err != nil {
 				return fmt.Errorf("%w (a checkpoint written through the mount gets its manifest from 'shoal ckpt verify')", err)
@@ -385,13 +394,11 @@ func ckptVerify(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{})
+			ctx, sess, done, err := f.session(g, ckpt.Options{})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			t0 := time.Now()
 			rep, err := sess.s.Verify(ctx, args[0], step)
 			sess.bar.finish()
@@ -449,13 +456,11 @@ func ckptRm(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "Delete checkpoints (pinned ones only with --force); GC frees the space no other step shares",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{})
+			ctx, sess, done, err := f.session(g, ckpt.Options{})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			for _, a := range args[1:] {
 				step, err := ckptParseStep(a)
 				if err != nil {
@@ -491,13 +496,11 @@ func ckptPin(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{})
+			ctx, sess, done, err := f.session(g, ckpt.Options{})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			if unpin {
 				return sess.s.Unpin(ctx, args[0], step)
 			}
@@ -526,13 +529,11 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{Retention: keep})
+			ctx, sess, done, err := f.session(g, ckpt.Options{Retention: keep})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			var opts []ckpt.SaveOption
 			if noReuse {
 				opts = append(opts, ckpt.NoReuse())
@@ -624,14 +625,12 @@ func ckptRestore(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
-			defer stop()
 			// One bar for the whole restore, not the store's per file.
-			sess, err := f.open(ctx, g, ckpt.Options{Progress: func(ckpt.Progress) {}})
+			ctx, sess, release, err := f.session(g, ckpt.Options{Progress: func(ckpt.Progress) {}})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer release()
 			s := sess.s
 			in, err := s.Stat(ctx, args[0], step)
 			if err != nil {
@@ -718,13 +717,11 @@ func ckptGC(g *globals, f *ckptFlags) *cobra.Command {
 		Use:   "gc [JOB...]",
 		Short: "Remove what dead saves and interrupted deletes left (all jobs by default)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{StaleAfter: stale})
+			ctx, sess, done, err := f.session(g, ckpt.Options{StaleAfter: stale})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			jobs := args
 			if len(jobs) == 0 {
 				if jobs, err = sess.s.Jobs(ctx); err != nil {
@@ -761,13 +758,11 @@ func ckptPrune(g *globals, f *ckptFlags) *cobra.Command {
 			if keep.IsZero() {
 				return errors.New("prune: give --keep-last and/or --keep-every")
 			}
-			ctx, stop := signalContext()
-			defer stop()
-			sess, err := f.open(ctx, g, ckpt.Options{})
+			ctx, sess, done, err := f.session(g, ckpt.Options{})
 			if err != nil {
 				return err
 			}
-			defer sess.close()
+			defer done()
 			deleted, err := sess.s.Prune(ctx, args[0], keep)
 			if f.json {
 				if deleted == nil {
