@@ -248,3 +248,12 @@ func groupClient(t *testing.T, gr *group) mdspb.MdsClient {
 	t.Cleanup(func() { gc.Close() })
 	return mdspb.NewMdsClient(gc)
 }
+
+// TestRequestTTLCoversRetries: a request id outlives every retry of its
+// call with room to spare: clients retry for wire.GroupRetryFor after
+// their first send, and the members' clocks may disagree.
+func TestRequestTTLCoversRetries(t *testing.T) {
+	if requestTTL < 4*wire.GroupRetryFor {
+		t.Fatalf("request ids are kept %v, under 4x the %v clients retry for", requestTTL, wire.GroupRetryFor)
+	}
+}
