@@ -73,24 +73,15 @@ func rowsOf(t *testing.T, x *Index, stored []byte, b int) []rowInfo {
 	return rows
 }
 
+// encodeRT round trips src (roundTrip: whole and by ranges), which must
+// compress, and returns its index and stored bytes.
 func encodeRT(t *testing.T, src []byte, o Options) (*Index, []byte) {
 	t.Helper()
-	r, ok, err := Encode(nil, src, o)
-	if err != nil || !ok {
-		t.Fatalf("encode: %v %v", ok, err)
+	r, ok := roundTrip(t, src, o)
+	if !ok {
+		t.Fatal("stored raw")
 	}
-	x, err := ParseIndex(r.Index.Marshal(), int64(len(r.Stored)), int64(len(src)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(src))
-	if err := x.Decode(got, 0, r.Stored); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, src) {
-		t.Fatal("round trip differs")
-	}
-	return x, r.Stored
+	return r.Index, r.Stored
 }
 
 // TestExponentRows: BF16 and F32 blocks are coded as exponent rows and
@@ -267,7 +258,8 @@ func TestFormat2Corrupt(t *testing.T) {
 
 // formatTwoSource is the logical content of testdata/planes-v2.bin: 64
 // KiB blocks of BF16 (one with escapes), F32 (one off an element
-// boundary), F16 and F64 values, and a short last block.
+// boundary), F16 and F64 values, and a short last block, laid out as
+// oldFormatSource's (its widths: oldFormatPlanes).
 func formatTwoSource() []byte {
 	var b []byte
 	b = append(b, floatBytes("BF16", MinBlockSize, 21)...)
@@ -279,20 +271,6 @@ func formatTwoSource() []byte {
 	return b
 }
 
-func formatTwoPlanes(off, n int64) (int, int64) {
-	switch off / MinBlockSize {
-	case 0, 1, 6:
-		return 2, off
-	case 2:
-		return 4, off
-	case 3:
-		return 4, off + 2
-	case 4:
-		return 2, off
-	}
-	return 8, off
-}
-
 // TestFormat2File: format 2 blocks as the encoder of 2026-12-03 wrote
 // them, committed in testdata, decode bit for bit (a guard on the
 // on-disk format: checkpoints outlive the code). SHOAL_WRITE_GOLDEN=1
@@ -301,7 +279,7 @@ func TestFormat2File(t *testing.T) {
 	const file = "testdata/planes-v2.bin"
 	src := formatTwoSource()
 	if os.Getenv("SHOAL_WRITE_GOLDEN") == "1" {
-		r, ok, err := Encode(nil, src, Options{Codec: Zstd, BlockSize: MinBlockSize, Planes: formatTwoPlanes, MinSavingPct: -1})
+		r, ok, err := Encode(nil, src, Options{Codec: Zstd, BlockSize: MinBlockSize, Planes: oldFormatPlanes, MinSavingPct: -1})
 		if err != nil || !ok {
 			t.Fatal(ok, err)
 		}
@@ -312,19 +290,7 @@ func TestFormat2File(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, k := binary.Uvarint(b)
-	if k <= 0 {
-		t.Fatal("bad file")
-	}
-	idx, stored := b[k:k+int(n)], b[k+int(n):]
-	x, err := ParseIndex(idx, int64(len(stored)), int64(len(src)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	x, stored := readGolden(t, file, src)
 	exp, escapes := 0, 0
 	for bi := range x.Blocks {
 		for _, r := range rowsOf(t, x, stored, bi) {
@@ -337,11 +303,5 @@ func TestFormat2File(t *testing.T) {
 	if exp == 0 || escapes == 0 {
 		t.Fatalf("the file has %d exponent rows, %d escapes", exp, escapes)
 	}
-	got := make([]byte, len(src))
-	if err := x.Decode(got, 0, stored); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, src) {
-		t.Fatal("format 2 blocks decode to different bytes")
-	}
+	decodesTo(t, x, stored, src)
 }

@@ -41,36 +41,50 @@ func oldFormatPlanes(off, n int64) (int, int64) {
 // testdata, decode bit for bit: a guard on the on-disk format, which
 // checkpoints outlive.
 func TestOldFormat(t *testing.T) {
-	b, err := os.ReadFile("testdata/planes-huff0-v1.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, k := binary.Uvarint(b)
-	if k <= 0 {
-		t.Fatal("bad file")
-	}
-	idx, stored := b[k:k+int(n)], b[k+int(n):]
 	src := oldFormatSource()
-	x, err := ParseIndex(idx, int64(len(stored)), int64(len(src)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	x, stored := readGolden(t, "testdata/planes-huff0-v1.bin", src)
 	modes := map[byte]int{}
 	for bi, blk := range x.Blocks {
-		if blk.Raw || blk.Width <= 1 {
-			t.Fatalf("block %d: not byte planes", bi)
+		if blk.Raw || blk.Width <= 1 || blk.Planes2 {
+			t.Fatalf("block %d: not format 1 byte planes", bi)
 		}
 		modes[pieceModes(t, x, stored, bi)]++
 	}
 	if modes[pieceHuff] == 0 {
 		t.Fatalf("no huff0 piece in the old-format file: %v", modes)
 	}
+	decodesTo(t, x, stored, src)
+}
+
+// readGolden reads a committed extent (testdata: uvarint index length,
+// index, stored bytes) of the logical content src and parses its index.
+func readGolden(t *testing.T, file string, src []byte) (*Index, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		t.Fatalf("%s: bad file", file)
+	}
+	idx, stored := b[k:k+int(n)], b[k+int(n):]
+	x, err := ParseIndex(idx, int64(len(stored)), int64(len(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x, stored
+}
+
+// decodesTo checks that the whole extent decodes to src, bit for bit.
+func decodesTo(t *testing.T, x *Index, stored, src []byte) {
+	t.Helper()
 	got := make([]byte, len(src))
 	if err := x.Decode(got, 0, stored); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, src) {
-		t.Fatal("old-format blocks decode to different bytes")
+		t.Fatal("the committed blocks decode to different bytes")
 	}
 }
 
