@@ -73,6 +73,7 @@ var dupRecorded = map[string]struct {
 	"Unlink":        {func() proto.Message { return &mdspb.UnlinkReply{} }, nil},
 	"SetAttr":       {func() proto.Message { return &mdspb.AttrReply{} }, nil},
 	"CommitExtents": {func() proto.Message { return &mdspb.AttrReply{} }, nil},
+	"Fallocate":     {func() proto.Message { return &mdspb.AttrReply{} }, nil},
 	"SetXattr":      {func() proto.Message { return &mdspb.AttrReply{} }, nil},
 	"RemoveXattr":   {func() proto.Message { return &mdspb.AttrReply{} }, nil},
 }
@@ -105,6 +106,9 @@ var dupReplies = map[string]func(s *Server, ctx context.Context, req any) (any, 
 	},
 	"CommitExtents": func(s *Server, ctx context.Context, req any) (any, error) {
 		return s.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: req.(*mdspb.CommitExtentsRequest).GetIno()})
+	},
+	"Fallocate": func(s *Server, ctx context.Context, req any) (any, error) {
+		return s.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: req.(*mdspb.FallocateRequest).GetIno()})
 	},
 	"SetXattr": func(s *Server, ctx context.Context, req any) (any, error) {
 		return s.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: req.(*mdspb.SetXattrRequest).GetIno()})

@@ -18,6 +18,8 @@ const (
 	sIFLNK   = 0o120000
 	sIFREG   = 0o100000
 	sIFDIR   = 0o040000
+	sIFBLK   = 0o060000
+	sIFCHR   = 0o020000
 	sIFIFO   = 0o010000
 	permMask = 0o7777
 )
@@ -237,9 +239,10 @@ func (t *txn) dirChanged(d *mdspb.Inode) {
 	t.touch(d)
 }
 
-// Create makes a regular file (or, as an extension, a FIFO or socket: any
-// type needing no device number). The layout comes from the request or the
-// parent directory.
+// Create makes a regular file or, as mknod(2) does, a FIFO, a socket or a
+// block or character device node (only for root, the holder of
+// CAP_MKNOD; the device number is kept in the inode's rdev). The layout
+// comes from the request or the parent directory.
 func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
 	done, err := s.start("create")
 	if err != nil {
@@ -253,9 +256,13 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 	switch mode & sIFMT {
 	case 0:
 		mode |= sIFREG
-	case sIFREG, sIFIFO, sIFSOCK:
+	case sIFREG, sIFIFO, sIFSOCK, sIFBLK, sIFCHR:
 	default:
 		return nil, fmt.Errorf("create with mode %o: %w", mode, errs.ErrInvalid)
+	}
+	device := mode&sIFMT == sIFBLK || mode&sIFMT == sIFCHR
+	if !device && req.GetRdev() != 0 {
+		return nil, fmt.Errorf("create with mode %o and device number %#x: %w", mode, req.GetRdev(), errs.ErrInvalid)
 	}
 	mode = mode&sIFMT | mode&permMask
 	if req.GetLayout() != nil {
@@ -266,6 +273,9 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 	cl, err := s.callerOf(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if device && !cl.root() {
+		return nil, fmt.Errorf("mknod of a device node by uid %d (needs CAP_MKNOD): %w", cl.uid, errs.ErrNotPermitted)
 	}
 	var out *mdspb.AttrReply
 	err = s.updateFor(ctx, func(t *txn) error {
@@ -311,6 +321,7 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 		if err != nil {
 			return err
 		}
+		n.Attr.Rdev = req.GetRdev()
 		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode); err != nil {
 			return err
 		}

@@ -1331,7 +1331,10 @@ type CreateRequest struct {
 	Layout    *Layout                `protobuf:"bytes,7,opt,name=layout,proto3" json:"layout,omitempty"`        // optional: overrides the parent's layout
 	// Create only: when set, also open the regular file for this session in
 	// the same transaction (AttrReply.handle).
-	OpenSession   uint64 `protobuf:"varint,8,opt,name=open_session,json=openSession,proto3" json:"open_session,omitempty"`
+	OpenSession uint64 `protobuf:"varint,8,opt,name=open_session,json=openSession,proto3" json:"open_session,omitempty"`
+	// rdev is the device number (Linux encoding, as in st_rdev) of a block
+	// or character device node; 0 for every other type.
+	Rdev          uint32 `protobuf:"varint,9,opt,name=rdev,proto3" json:"rdev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1418,6 +1421,13 @@ func (x *CreateRequest) GetLayout() *Layout {
 func (x *CreateRequest) GetOpenSession() uint64 {
 	if x != nil {
 		return x.OpenSession
+	}
+	return 0
+}
+
+func (x *CreateRequest) GetRdev() uint32 {
+	if x != nil {
+		return x.Rdev
 	}
 	return 0
 }
@@ -2287,6 +2297,90 @@ func (x *CommitExtentsRequest) GetMtimeNs() int64 {
 	return 0
 }
 
+// FallocateRequest changes the extent map of a regular file as
+// fallocate(2) does, in one transaction. Shoal has no preallocation, so
+// only the modes that change what the file reads are done here:
+// FALLOC_FL_PUNCH_HOLE (with FALLOC_FL_KEEP_SIZE, as Linux requires) and
+// FALLOC_FL_ZERO_RANGE (with or without KEEP_SIZE) remove [offset,
+// offset+length) from the map, which then reads as zeros; ZERO_RANGE
+// without KEEP_SIZE also grows the file to offset+length. Extents no entry
+// names any more are collected by GC.
+type FallocateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"` // Linux FALLOC_FL_* bits
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`                  // > 0
+	MtimeNs       int64                  `protobuf:"varint,5,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"` // 0: the server's clock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FallocateRequest) Reset() {
+	*x = FallocateRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FallocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FallocateRequest) ProtoMessage() {}
+
+func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FallocateRequest.ProtoReflect.Descriptor instead.
+func (*FallocateRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *FallocateRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
 type RegisterOstRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Uuid          string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
@@ -2300,7 +2394,7 @@ type RegisterOstRequest struct {
 
 func (x *RegisterOstRequest) Reset() {
 	*x = RegisterOstRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2406,7 @@ func (x *RegisterOstRequest) String() string {
 func (*RegisterOstRequest) ProtoMessage() {}
 
 func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2419,7 @@ func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstRequest.ProtoReflect.Descriptor instead.
 func (*RegisterOstRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterOstRequest) GetUuid() string {
@@ -2375,7 +2469,7 @@ type RegisterOstReply struct {
 
 func (x *RegisterOstReply) Reset() {
 	*x = RegisterOstReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2481,7 @@ func (x *RegisterOstReply) String() string {
 func (*RegisterOstReply) ProtoMessage() {}
 
 func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2494,7 @@ func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstReply.ProtoReflect.Descriptor instead.
 func (*RegisterOstReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterOstReply) GetId() uint32 {
@@ -2432,7 +2526,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2538,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2551,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2517,7 +2611,7 @@ type ListOstsRequest struct {
 
 func (x *ListOstsRequest) Reset() {
 	*x = ListOstsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2623,7 @@ func (x *ListOstsRequest) String() string {
 func (*ListOstsRequest) ProtoMessage() {}
 
 func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2636,7 @@ func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsRequest.ProtoReflect.Descriptor instead.
 func (*ListOstsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
 }
 
 type ListOstsReply struct {
@@ -2554,7 +2648,7 @@ type ListOstsReply struct {
 
 func (x *ListOstsReply) Reset() {
 	*x = ListOstsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2660,7 @@ func (x *ListOstsReply) String() string {
 func (*ListOstsReply) ProtoMessage() {}
 
 func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2673,7 @@ func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsReply.ProtoReflect.Descriptor instead.
 func (*ListOstsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListOstsReply) GetOsts() []*OstInfo {
@@ -2601,7 +2695,7 @@ type SetXattrRequest struct {
 
 func (x *SetXattrRequest) Reset() {
 	*x = SetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2707,7 @@ func (x *SetXattrRequest) String() string {
 func (*SetXattrRequest) ProtoMessage() {}
 
 func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2720,7 @@ func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattrRequest.ProtoReflect.Descriptor instead.
 func (*SetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetXattrRequest) GetIno() uint64 {
@@ -2667,7 +2761,7 @@ type GetXattrRequest struct {
 
 func (x *GetXattrRequest) Reset() {
 	*x = GetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2773,7 @@ func (x *GetXattrRequest) String() string {
 func (*GetXattrRequest) ProtoMessage() {}
 
 func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2786,7 @@ func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrRequest.ProtoReflect.Descriptor instead.
 func (*GetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetXattrRequest) GetIno() uint64 {
@@ -2718,7 +2812,7 @@ type GetXattrReply struct {
 
 func (x *GetXattrReply) Reset() {
 	*x = GetXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2824,7 @@ func (x *GetXattrReply) String() string {
 func (*GetXattrReply) ProtoMessage() {}
 
 func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2837,7 @@ func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReply.ProtoReflect.Descriptor instead.
 func (*GetXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetXattrReply) GetValue() []byte {
@@ -2762,7 +2856,7 @@ type ListXattrRequest struct {
 
 func (x *ListXattrRequest) Reset() {
 	*x = ListXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2868,7 @@ func (x *ListXattrRequest) String() string {
 func (*ListXattrRequest) ProtoMessage() {}
 
 func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2881,7 @@ func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrRequest.ProtoReflect.Descriptor instead.
 func (*ListXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListXattrRequest) GetIno() uint64 {
@@ -2806,7 +2900,7 @@ type ListXattrReply struct {
 
 func (x *ListXattrReply) Reset() {
 	*x = ListXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2912,7 @@ func (x *ListXattrReply) String() string {
 func (*ListXattrReply) ProtoMessage() {}
 
 func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2925,7 @@ func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReply.ProtoReflect.Descriptor instead.
 func (*ListXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListXattrReply) GetNames() [][]byte {
@@ -2851,7 +2945,7 @@ type RemoveXattrRequest struct {
 
 func (x *RemoveXattrRequest) Reset() {
 	*x = RemoveXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +2957,7 @@ func (x *RemoveXattrRequest) String() string {
 func (*RemoveXattrRequest) ProtoMessage() {}
 
 func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +2970,7 @@ func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattrRequest.ProtoReflect.Descriptor instead.
 func (*RemoveXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveXattrRequest) GetIno() uint64 {
@@ -2904,7 +2998,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3010,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3023,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OpenSessionRequest) GetClient() string {
@@ -2963,7 +3057,7 @@ type OpenSessionReply struct {
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3069,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3082,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *OpenSessionReply) GetSession() uint64 {
@@ -3015,7 +3109,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3121,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3134,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionRequest) GetSession() uint64 {
@@ -3059,7 +3153,7 @@ type KeepAliveReply struct {
 
 func (x *KeepAliveReply) Reset() {
 	*x = KeepAliveReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3165,7 @@ func (x *KeepAliveReply) String() string {
 func (*KeepAliveReply) ProtoMessage() {}
 
 func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3178,7 @@ func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveReply.ProtoReflect.Descriptor instead.
 func (*KeepAliveReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KeepAliveReply) GetLeaseMs() int64 {
@@ -3109,7 +3203,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3215,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3228,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OpenRequest) GetSession() uint64 {
@@ -3170,7 +3264,7 @@ type OpenReply struct {
 
 func (x *OpenReply) Reset() {
 	*x = OpenReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3276,7 @@ func (x *OpenReply) String() string {
 func (*OpenReply) ProtoMessage() {}
 
 func (x *OpenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3289,7 @@ func (x *OpenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenReply.ProtoReflect.Descriptor instead.
 func (*OpenReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *OpenReply) GetHandle() uint64 {
@@ -3236,7 +3330,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3342,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3355,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseRequest) GetSession() uint64 {
@@ -3293,7 +3387,7 @@ type FileLock struct {
 
 func (x *FileLock) Reset() {
 	*x = FileLock{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3399,7 @@ func (x *FileLock) String() string {
 func (*FileLock) ProtoMessage() {}
 
 func (x *FileLock) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3412,7 @@ func (x *FileLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLock.ProtoReflect.Descriptor instead.
 func (*FileLock) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FileLock) GetKind() LockKind {
@@ -3371,7 +3465,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3477,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3490,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LockRequest) GetSession() uint64 {
@@ -3437,7 +3531,7 @@ type SetLockReply struct {
 
 func (x *SetLockReply) Reset() {
 	*x = SetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3543,7 @@ func (x *SetLockReply) String() string {
 func (*SetLockReply) ProtoMessage() {}
 
 func (x *SetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3556,7 @@ func (x *SetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockReply.ProtoReflect.Descriptor instead.
 func (*SetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetLockReply) GetGranted() bool {
@@ -3488,7 +3582,7 @@ type GetLockReply struct {
 
 func (x *GetLockReply) Reset() {
 	*x = GetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3594,7 @@ func (x *GetLockReply) String() string {
 func (*GetLockReply) ProtoMessage() {}
 
 func (x *GetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3607,7 @@ func (x *GetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockReply.ProtoReflect.Descriptor instead.
 func (*GetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetLockReply) GetConflict() *FileLock {
@@ -3537,7 +3631,7 @@ type CloneRange struct {
 
 func (x *CloneRange) Reset() {
 	*x = CloneRange{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3643,7 @@ func (x *CloneRange) String() string {
 func (*CloneRange) ProtoMessage() {}
 
 func (x *CloneRange) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3656,7 @@ func (x *CloneRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneRange.ProtoReflect.Descriptor instead.
 func (*CloneRange) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CloneRange) GetSrcOff() uint64 {
@@ -3606,7 +3700,7 @@ type CloneExtentsRequest struct {
 
 func (x *CloneExtentsRequest) Reset() {
 	*x = CloneExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3712,7 @@ func (x *CloneExtentsRequest) String() string {
 func (*CloneExtentsRequest) ProtoMessage() {}
 
 func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3725,7 @@ func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CloneExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CloneExtentsRequest) GetSrcIno() uint64 {
@@ -3673,7 +3767,7 @@ type CloneExtentsReply struct {
 
 func (x *CloneExtentsReply) Reset() {
 	*x = CloneExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3685,7 +3779,7 @@ func (x *CloneExtentsReply) String() string {
 func (*CloneExtentsReply) ProtoMessage() {}
 
 func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3698,7 +3792,7 @@ func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsReply.ProtoReflect.Descriptor instead.
 func (*CloneExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CloneExtentsReply) GetAttr() *Attr {
@@ -3734,7 +3828,7 @@ type SetLayoutRequest struct {
 
 func (x *SetLayoutRequest) Reset() {
 	*x = SetLayoutRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3840,7 @@ func (x *SetLayoutRequest) String() string {
 func (*SetLayoutRequest) ProtoMessage() {}
 
 func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3853,7 @@ func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLayoutRequest.ProtoReflect.Descriptor instead.
 func (*SetLayoutRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetLayoutRequest) GetIno() uint64 {
@@ -3791,7 +3885,7 @@ type SetOstStateRequest struct {
 
 func (x *SetOstStateRequest) Reset() {
 	*x = SetOstStateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +3897,7 @@ func (x *SetOstStateRequest) String() string {
 func (*SetOstStateRequest) ProtoMessage() {}
 
 func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +3910,7 @@ func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOstStateRequest.ProtoReflect.Descriptor instead.
 func (*SetOstStateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetOstStateRequest) GetId() uint32 {
@@ -3854,7 +3948,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +3960,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +3973,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StartJobRequest) GetKind() string {
@@ -3926,7 +4020,7 @@ type JobRequest struct {
 
 func (x *JobRequest) Reset() {
 	*x = JobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4032,7 @@ func (x *JobRequest) String() string {
 func (*JobRequest) ProtoMessage() {}
 
 func (x *JobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4045,7 @@ func (x *JobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRequest.ProtoReflect.Descriptor instead.
 func (*JobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JobRequest) GetKind() string {
@@ -3989,7 +4083,7 @@ type AdminJob struct {
 
 func (x *AdminJob) Reset() {
 	*x = AdminJob{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4095,7 @@ func (x *AdminJob) String() string {
 func (*AdminJob) ProtoMessage() {}
 
 func (x *AdminJob) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4108,7 @@ func (x *AdminJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminJob.ProtoReflect.Descriptor instead.
 func (*AdminJob) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AdminJob) GetKind() string {
@@ -4157,7 +4251,7 @@ type ChunkMove struct {
 
 func (x *ChunkMove) Reset() {
 	*x = ChunkMove{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4263,7 @@ func (x *ChunkMove) String() string {
 func (*ChunkMove) ProtoMessage() {}
 
 func (x *ChunkMove) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4276,7 @@ func (x *ChunkMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkMove.ProtoReflect.Descriptor instead.
 func (*ChunkMove) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ChunkMove) GetExtent() uint64 {
@@ -4234,7 +4328,7 @@ type OstLoad struct {
 
 func (x *OstLoad) Reset() {
 	*x = OstLoad{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4340,7 @@ func (x *OstLoad) String() string {
 func (*OstLoad) ProtoMessage() {}
 
 func (x *OstLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4353,7 @@ func (x *OstLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OstLoad.ProtoReflect.Descriptor instead.
 func (*OstLoad) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *OstLoad) GetId() uint32 {
@@ -4304,7 +4398,7 @@ type RebalancePlan struct {
 
 func (x *RebalancePlan) Reset() {
 	*x = RebalancePlan{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4410,7 @@ func (x *RebalancePlan) String() string {
 func (*RebalancePlan) ProtoMessage() {}
 
 func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4423,7 @@ func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancePlan.ProtoReflect.Descriptor instead.
 func (*RebalancePlan) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RebalancePlan) GetOsts() []*OstLoad {
@@ -4390,7 +4484,7 @@ type MoveRecord struct {
 
 func (x *MoveRecord) Reset() {
 	*x = MoveRecord{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4496,7 @@ func (x *MoveRecord) String() string {
 func (*MoveRecord) ProtoMessage() {}
 
 func (x *MoveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4509,7 @@ func (x *MoveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRecord.ProtoReflect.Descriptor instead.
 func (*MoveRecord) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MoveRecord) GetExtent() uint64 {
@@ -4478,7 +4572,7 @@ type BadChunk struct {
 
 func (x *BadChunk) Reset() {
 	*x = BadChunk{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4490,7 +4584,7 @@ func (x *BadChunk) String() string {
 func (*BadChunk) ProtoMessage() {}
 
 func (x *BadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4503,7 +4597,7 @@ func (x *BadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BadChunk.ProtoReflect.Descriptor instead.
 func (*BadChunk) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BadChunk) GetExtent() uint64 {
@@ -4558,7 +4652,7 @@ type ReportCorruptRequest struct {
 
 func (x *ReportCorruptRequest) Reset() {
 	*x = ReportCorruptRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4664,7 @@ func (x *ReportCorruptRequest) String() string {
 func (*ReportCorruptRequest) ProtoMessage() {}
 
 func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4677,7 @@ func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCorruptRequest.ProtoReflect.Descriptor instead.
 func (*ReportCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReportCorruptRequest) GetOst() uint32 {
@@ -4610,7 +4704,7 @@ type FsckRequest struct {
 
 func (x *FsckRequest) Reset() {
 	*x = FsckRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4622,7 +4716,7 @@ func (x *FsckRequest) String() string {
 func (*FsckRequest) ProtoMessage() {}
 
 func (x *FsckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4635,7 +4729,7 @@ func (x *FsckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
 func (*FsckRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *FsckRequest) GetRepair() bool {
@@ -4666,7 +4760,7 @@ type FsckProblem struct {
 
 func (x *FsckProblem) Reset() {
 	*x = FsckProblem{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4772,7 @@ func (x *FsckProblem) String() string {
 func (*FsckProblem) ProtoMessage() {}
 
 func (x *FsckProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4785,7 @@ func (x *FsckProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckProblem.ProtoReflect.Descriptor instead.
 func (*FsckProblem) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FsckProblem) GetKind() string {
@@ -4751,7 +4845,7 @@ type FsckReply struct {
 
 func (x *FsckReply) Reset() {
 	*x = FsckReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4763,7 +4857,7 @@ func (x *FsckReply) String() string {
 func (*FsckReply) ProtoMessage() {}
 
 func (x *FsckReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4776,7 +4870,7 @@ func (x *FsckReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckReply.ProtoReflect.Descriptor instead.
 func (*FsckReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *FsckReply) GetExtents() uint64 {
@@ -4836,7 +4930,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +4942,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +4955,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
 }
 
 type GCReply struct {
@@ -4877,7 +4971,7 @@ type GCReply struct {
 
 func (x *GCReply) Reset() {
 	*x = GCReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +4983,7 @@ func (x *GCReply) String() string {
 func (*GCReply) ProtoMessage() {}
 
 func (x *GCReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +4996,7 @@ func (x *GCReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCReply.ProtoReflect.Descriptor instead.
 func (*GCReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GCReply) GetQueuedExtents() uint64 {
@@ -4963,7 +5057,7 @@ type MigrateCommitRequest struct {
 
 func (x *MigrateCommitRequest) Reset() {
 	*x = MigrateCommitRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5069,7 @@ func (x *MigrateCommitRequest) String() string {
 func (*MigrateCommitRequest) ProtoMessage() {}
 
 func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5082,7 @@ func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateCommitRequest.ProtoReflect.Descriptor instead.
 func (*MigrateCommitRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MigrateCommitRequest) GetSrcIno() uint64 {
@@ -5120,7 +5214,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x19\n" +
 	"\batime_ns\x18\a \x01(\x03R\aatimeNs\x12\x19\n" +
-	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"\xe2\x01\n" +
+	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"\xf6\x01\n" +
 	"\rCreateRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x12\n" +
@@ -5129,7 +5223,8 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x1c\n" +
 	"\texclusive\x18\x06 \x01(\bR\texclusive\x12,\n" +
 	"\x06layout\x18\a \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\x12!\n" +
-	"\fopen_session\x18\b \x01(\x04R\vopenSession\"x\n" +
+	"\fopen_session\x18\b \x01(\x04R\vopenSession\x12\x12\n" +
+	"\x04rdev\x18\t \x01(\rR\x04rdev\"x\n" +
 	"\x0eSymlinkRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x16\n" +
@@ -5190,7 +5285,13 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x14CommitExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x121\n" +
 	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x19\n" +
-	"\bmtime_ns\x18\x03 \x01(\x03R\amtimeNs\"\x81\x01\n" +
+	"\bmtime_ns\x18\x03 \x01(\x03R\amtimeNs\"\x83\x01\n" +
+	"\x10FallocateRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x04R\x06length\x12\x19\n" +
+	"\bmtime_ns\x18\x05 \x01(\x03R\amtimeNs\"\x81\x01\n" +
 	"\x12RegisterOstRequest\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1a\n" +
@@ -5433,7 +5534,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\xbe\x16\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\x84\x17\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -5451,7 +5552,8 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\n" +
 	"GetExtents\x12\x1f.shoal.mds.v1.GetExtentsRequest\x1a\x1d.shoal.mds.v1.GetExtentsReply\x12R\n" +
 	"\fAllocExtents\x12!.shoal.mds.v1.AllocExtentsRequest\x1a\x1f.shoal.mds.v1.AllocExtentsReply\x12L\n" +
-	"\rCommitExtents\x12\".shoal.mds.v1.CommitExtentsRequest\x1a\x17.shoal.mds.v1.AttrReply\x12O\n" +
+	"\rCommitExtents\x12\".shoal.mds.v1.CommitExtentsRequest\x1a\x17.shoal.mds.v1.AttrReply\x12D\n" +
+	"\tFallocate\x12\x1e.shoal.mds.v1.FallocateRequest\x1a\x17.shoal.mds.v1.AttrReply\x12O\n" +
 	"\vRegisterOst\x12 .shoal.mds.v1.RegisterOstRequest\x1a\x1e.shoal.mds.v1.RegisterOstReply\x12@\n" +
 	"\tHeartbeat\x12\x1e.shoal.mds.v1.HeartbeatRequest\x1a\x13.shoal.mds.v1.Empty\x12F\n" +
 	"\bListOsts\x12\x1d.shoal.mds.v1.ListOstsRequest\x1a\x1b.shoal.mds.v1.ListOstsReply\x12B\n" +
@@ -5492,7 +5594,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -5529,48 +5631,49 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*AllocExtentsRequest)(nil),  // 32: shoal.mds.v1.AllocExtentsRequest
 	(*AllocExtentsReply)(nil),    // 33: shoal.mds.v1.AllocExtentsReply
 	(*CommitExtentsRequest)(nil), // 34: shoal.mds.v1.CommitExtentsRequest
-	(*RegisterOstRequest)(nil),   // 35: shoal.mds.v1.RegisterOstRequest
-	(*RegisterOstReply)(nil),     // 36: shoal.mds.v1.RegisterOstReply
-	(*HeartbeatRequest)(nil),     // 37: shoal.mds.v1.HeartbeatRequest
-	(*ListOstsRequest)(nil),      // 38: shoal.mds.v1.ListOstsRequest
-	(*ListOstsReply)(nil),        // 39: shoal.mds.v1.ListOstsReply
-	(*SetXattrRequest)(nil),      // 40: shoal.mds.v1.SetXattrRequest
-	(*GetXattrRequest)(nil),      // 41: shoal.mds.v1.GetXattrRequest
-	(*GetXattrReply)(nil),        // 42: shoal.mds.v1.GetXattrReply
-	(*ListXattrRequest)(nil),     // 43: shoal.mds.v1.ListXattrRequest
-	(*ListXattrReply)(nil),       // 44: shoal.mds.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil),   // 45: shoal.mds.v1.RemoveXattrRequest
-	(*OpenSessionRequest)(nil),   // 46: shoal.mds.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),     // 47: shoal.mds.v1.OpenSessionReply
-	(*SessionRequest)(nil),       // 48: shoal.mds.v1.SessionRequest
-	(*KeepAliveReply)(nil),       // 49: shoal.mds.v1.KeepAliveReply
-	(*OpenRequest)(nil),          // 50: shoal.mds.v1.OpenRequest
-	(*OpenReply)(nil),            // 51: shoal.mds.v1.OpenReply
-	(*ReleaseRequest)(nil),       // 52: shoal.mds.v1.ReleaseRequest
-	(*FileLock)(nil),             // 53: shoal.mds.v1.FileLock
-	(*LockRequest)(nil),          // 54: shoal.mds.v1.LockRequest
-	(*SetLockReply)(nil),         // 55: shoal.mds.v1.SetLockReply
-	(*GetLockReply)(nil),         // 56: shoal.mds.v1.GetLockReply
-	(*CloneRange)(nil),           // 57: shoal.mds.v1.CloneRange
-	(*CloneExtentsRequest)(nil),  // 58: shoal.mds.v1.CloneExtentsRequest
-	(*CloneExtentsReply)(nil),    // 59: shoal.mds.v1.CloneExtentsReply
-	(*SetLayoutRequest)(nil),     // 60: shoal.mds.v1.SetLayoutRequest
-	(*SetOstStateRequest)(nil),   // 61: shoal.mds.v1.SetOstStateRequest
-	(*StartJobRequest)(nil),      // 62: shoal.mds.v1.StartJobRequest
-	(*JobRequest)(nil),           // 63: shoal.mds.v1.JobRequest
-	(*AdminJob)(nil),             // 64: shoal.mds.v1.AdminJob
-	(*ChunkMove)(nil),            // 65: shoal.mds.v1.ChunkMove
-	(*OstLoad)(nil),              // 66: shoal.mds.v1.OstLoad
-	(*RebalancePlan)(nil),        // 67: shoal.mds.v1.RebalancePlan
-	(*MoveRecord)(nil),           // 68: shoal.mds.v1.MoveRecord
-	(*BadChunk)(nil),             // 69: shoal.mds.v1.BadChunk
-	(*ReportCorruptRequest)(nil), // 70: shoal.mds.v1.ReportCorruptRequest
-	(*FsckRequest)(nil),          // 71: shoal.mds.v1.FsckRequest
-	(*FsckProblem)(nil),          // 72: shoal.mds.v1.FsckProblem
-	(*FsckReply)(nil),            // 73: shoal.mds.v1.FsckReply
-	(*GCRequest)(nil),            // 74: shoal.mds.v1.GCRequest
-	(*GCReply)(nil),              // 75: shoal.mds.v1.GCReply
-	(*MigrateCommitRequest)(nil), // 76: shoal.mds.v1.MigrateCommitRequest
+	(*FallocateRequest)(nil),     // 35: shoal.mds.v1.FallocateRequest
+	(*RegisterOstRequest)(nil),   // 36: shoal.mds.v1.RegisterOstRequest
+	(*RegisterOstReply)(nil),     // 37: shoal.mds.v1.RegisterOstReply
+	(*HeartbeatRequest)(nil),     // 38: shoal.mds.v1.HeartbeatRequest
+	(*ListOstsRequest)(nil),      // 39: shoal.mds.v1.ListOstsRequest
+	(*ListOstsReply)(nil),        // 40: shoal.mds.v1.ListOstsReply
+	(*SetXattrRequest)(nil),      // 41: shoal.mds.v1.SetXattrRequest
+	(*GetXattrRequest)(nil),      // 42: shoal.mds.v1.GetXattrRequest
+	(*GetXattrReply)(nil),        // 43: shoal.mds.v1.GetXattrReply
+	(*ListXattrRequest)(nil),     // 44: shoal.mds.v1.ListXattrRequest
+	(*ListXattrReply)(nil),       // 45: shoal.mds.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),   // 46: shoal.mds.v1.RemoveXattrRequest
+	(*OpenSessionRequest)(nil),   // 47: shoal.mds.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),     // 48: shoal.mds.v1.OpenSessionReply
+	(*SessionRequest)(nil),       // 49: shoal.mds.v1.SessionRequest
+	(*KeepAliveReply)(nil),       // 50: shoal.mds.v1.KeepAliveReply
+	(*OpenRequest)(nil),          // 51: shoal.mds.v1.OpenRequest
+	(*OpenReply)(nil),            // 52: shoal.mds.v1.OpenReply
+	(*ReleaseRequest)(nil),       // 53: shoal.mds.v1.ReleaseRequest
+	(*FileLock)(nil),             // 54: shoal.mds.v1.FileLock
+	(*LockRequest)(nil),          // 55: shoal.mds.v1.LockRequest
+	(*SetLockReply)(nil),         // 56: shoal.mds.v1.SetLockReply
+	(*GetLockReply)(nil),         // 57: shoal.mds.v1.GetLockReply
+	(*CloneRange)(nil),           // 58: shoal.mds.v1.CloneRange
+	(*CloneExtentsRequest)(nil),  // 59: shoal.mds.v1.CloneExtentsRequest
+	(*CloneExtentsReply)(nil),    // 60: shoal.mds.v1.CloneExtentsReply
+	(*SetLayoutRequest)(nil),     // 61: shoal.mds.v1.SetLayoutRequest
+	(*SetOstStateRequest)(nil),   // 62: shoal.mds.v1.SetOstStateRequest
+	(*StartJobRequest)(nil),      // 63: shoal.mds.v1.StartJobRequest
+	(*JobRequest)(nil),           // 64: shoal.mds.v1.JobRequest
+	(*AdminJob)(nil),             // 65: shoal.mds.v1.AdminJob
+	(*ChunkMove)(nil),            // 66: shoal.mds.v1.ChunkMove
+	(*OstLoad)(nil),              // 67: shoal.mds.v1.OstLoad
+	(*RebalancePlan)(nil),        // 68: shoal.mds.v1.RebalancePlan
+	(*MoveRecord)(nil),           // 69: shoal.mds.v1.MoveRecord
+	(*BadChunk)(nil),             // 70: shoal.mds.v1.BadChunk
+	(*ReportCorruptRequest)(nil), // 71: shoal.mds.v1.ReportCorruptRequest
+	(*FsckRequest)(nil),          // 72: shoal.mds.v1.FsckRequest
+	(*FsckProblem)(nil),          // 73: shoal.mds.v1.FsckProblem
+	(*FsckReply)(nil),            // 74: shoal.mds.v1.FsckReply
+	(*GCRequest)(nil),            // 75: shoal.mds.v1.GCRequest
+	(*GCReply)(nil),              // 76: shoal.mds.v1.GCReply
+	(*MigrateCommitRequest)(nil), // 77: shoal.mds.v1.MigrateCommitRequest
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -5593,17 +5696,17 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	11, // 17: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
 	4,  // 18: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
 	5,  // 19: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	53, // 20: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	53, // 21: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	53, // 22: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	57, // 23: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	54, // 20: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	54, // 21: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	54, // 22: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	58, // 23: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
 	8,  // 24: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
 	6,  // 25: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
-	62, // 26: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	66, // 27: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	65, // 28: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	69, // 29: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	72, // 30: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	63, // 26: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	67, // 27: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	66, // 28: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	70, // 29: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	73, // 30: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
 	16, // 31: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
 	17, // 32: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
 	18, // 33: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
@@ -5620,76 +5723,78 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	30, // 44: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
 	32, // 45: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
 	34, // 46: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	35, // 47: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	37, // 48: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	38, // 49: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	40, // 50: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	41, // 51: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	43, // 52: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	45, // 53: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	46, // 54: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	48, // 55: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	48, // 56: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	50, // 57: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	52, // 58: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	54, // 59: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	54, // 60: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 61: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	58, // 62: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	60, // 63: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	61, // 64: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	62, // 65: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	63, // 66: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	63, // 67: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	62, // 68: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	71, // 69: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	74, // 70: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	70, // 71: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	76, // 72: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	15, // 73: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 74: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 75: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 76: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 77: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 78: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 79: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 80: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 81: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	14, // 82: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	14, // 83: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	27, // 84: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	29, // 85: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	31, // 86: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	33, // 87: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 88: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	36, // 89: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 90: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	39, // 91: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 92: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	42, // 93: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	44, // 94: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 95: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	47, // 96: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	49, // 97: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 98: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	51, // 99: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 100: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	55, // 101: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	56, // 102: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 103: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	59, // 104: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 105: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 106: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	64, // 107: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	64, // 108: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	64, // 109: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	67, // 110: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	73, // 111: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	75, // 112: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 113: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 114: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	73, // [73:115] is the sub-list for method output_type
-	31, // [31:73] is the sub-list for method input_type
+	35, // 47: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	36, // 48: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	38, // 49: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	39, // 50: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	41, // 51: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	42, // 52: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	44, // 53: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	46, // 54: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	47, // 55: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	49, // 56: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	49, // 57: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	51, // 58: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	53, // 59: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	55, // 60: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	55, // 61: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 62: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	59, // 63: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	61, // 64: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	62, // 65: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	63, // 66: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	64, // 67: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	64, // 68: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	63, // 69: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	72, // 70: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	75, // 71: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	71, // 72: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	77, // 73: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	15, // 74: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 75: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 76: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 77: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 78: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 79: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 80: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 81: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 82: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	14, // 83: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	14, // 84: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	27, // 85: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	29, // 86: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	31, // 87: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	33, // 88: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 89: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 90: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	37, // 91: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 92: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	40, // 93: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 94: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	43, // 95: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	45, // 96: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 97: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	48, // 98: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	50, // 99: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 100: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	52, // 101: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 102: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	56, // 103: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	57, // 104: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 105: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	60, // 106: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 107: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 108: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	65, // 109: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 110: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 111: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	68, // 112: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	74, // 113: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	76, // 114: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 115: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 116: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	74, // [74:117] is the sub-list for method output_type
+	31, // [31:74] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -5706,7 +5811,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Mds_GetExtents_FullMethodName    = "/shoal.mds.v1.Mds/GetExtents"
 	Mds_AllocExtents_FullMethodName  = "/shoal.mds.v1.Mds/AllocExtents"
 	Mds_CommitExtents_FullMethodName = "/shoal.mds.v1.Mds/CommitExtents"
+	Mds_Fallocate_FullMethodName     = "/shoal.mds.v1.Mds/Fallocate"
 	Mds_RegisterOst_FullMethodName   = "/shoal.mds.v1.Mds/RegisterOst"
 	Mds_Heartbeat_FullMethodName     = "/shoal.mds.v1.Mds/Heartbeat"
 	Mds_ListOsts_FullMethodName      = "/shoal.mds.v1.Mds/ListOsts"
@@ -86,6 +87,7 @@ type MdsClient interface {
 	GetExtents(ctx context.Context, in *GetExtentsRequest, opts ...grpc.CallOption) (*GetExtentsReply, error)
 	AllocExtents(ctx context.Context, in *AllocExtentsRequest, opts ...grpc.CallOption) (*AllocExtentsReply, error)
 	CommitExtents(ctx context.Context, in *CommitExtentsRequest, opts ...grpc.CallOption) (*AttrReply, error)
+	Fallocate(ctx context.Context, in *FallocateRequest, opts ...grpc.CallOption) (*AttrReply, error)
 	RegisterOst(ctx context.Context, in *RegisterOstRequest, opts ...grpc.CallOption) (*RegisterOstReply, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*Empty, error)
 	ListOsts(ctx context.Context, in *ListOstsRequest, opts ...grpc.CallOption) (*ListOstsReply, error)
@@ -283,6 +285,16 @@ func (c *mdsClient) CommitExtents(ctx context.Context, in *CommitExtentsRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AttrReply)
 	err := c.cc.Invoke(ctx, Mds_CommitExtents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) Fallocate(ctx context.Context, in *FallocateRequest, opts ...grpc.CallOption) (*AttrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttrReply)
+	err := c.cc.Invoke(ctx, Mds_Fallocate_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -569,6 +581,7 @@ type MdsServer interface {
 	GetExtents(context.Context, *GetExtentsRequest) (*GetExtentsReply, error)
 	AllocExtents(context.Context, *AllocExtentsRequest) (*AllocExtentsReply, error)
 	CommitExtents(context.Context, *CommitExtentsRequest) (*AttrReply, error)
+	Fallocate(context.Context, *FallocateRequest) (*AttrReply, error)
 	RegisterOst(context.Context, *RegisterOstRequest) (*RegisterOstReply, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*Empty, error)
 	ListOsts(context.Context, *ListOstsRequest) (*ListOstsReply, error)
@@ -659,6 +672,9 @@ func (UnimplementedMdsServer) AllocExtents(context.Context, *AllocExtentsRequest
 }
 func (UnimplementedMdsServer) CommitExtents(context.Context, *CommitExtentsRequest) (*AttrReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CommitExtents not implemented")
+}
+func (UnimplementedMdsServer) Fallocate(context.Context, *FallocateRequest) (*AttrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fallocate not implemented")
 }
 func (UnimplementedMdsServer) RegisterOst(context.Context, *RegisterOstRequest) (*RegisterOstReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterOst not implemented")
@@ -1043,6 +1059,24 @@ func _Mds_CommitExtents_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MdsServer).CommitExtents(ctx, req.(*CommitExtentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_Fallocate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FallocateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).Fallocate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_Fallocate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).Fallocate(ctx, req.(*FallocateRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1585,6 +1619,10 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CommitExtents",
 			Handler:    _Mds_CommitExtents_Handler,
+		},
+		{
+			MethodName: "Fallocate",
+			Handler:    _Mds_Fallocate_Handler,
 		},
 		{
 			MethodName: "RegisterOst",
