@@ -17,8 +17,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,7 +24,6 @@ import (
 
 	"github.com/shoalfs/shoal/internal/capability"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -139,62 +136,6 @@ func (s *Server) adminCapInterceptor(ctx context.Context, method string, req, re
 // MDS's certificate and an admin capability on every call.
 func (s *Server) dialOST(addr string) (*grpc.ClientConn, error) {
 	return wire.Dial(addr, wire.WithCreds(s.o.Creds), wire.WithUnaryInterceptor(s.adminCapInterceptor))
-}
-
-// Method classes of Authorize.
-var (
-	// ostMethods are called by OSTs (and by other MDS members).
-	ostMethods = []string{"RegisterOst", "Heartbeat"}
-	// adminMethods change the cluster: administrators and MDS members only.
-	adminMethods = []string{"SetOstState", "StartJob", "StopJob", "PlanRebalance", "Fsck", "RunGC", "MigrateCommit"}
-	// peerMethods of the Raft transport: MDS members only; the others
-	// (Status, ChangeMember, TransferLeader) are administrators' too.
-	peerMethods = []string{"Send", "Snapshot"}
-)
-
-// Authorize is the MDS's wire.Authorizer (Server.Authorize): it checks
-// the role of the caller's certificate against the method. Plaintext
-// callers (a cluster run --insecure) have no role and are let through. It
-// needs no server, so that a member can bind before it opens.
-func (s *Server) Authorize(ctx context.Context, fullMethod string) error {
-	return Authorize(ctx, fullMethod)
-}
-
-// Authorize is Server.Authorize.
-func Authorize(ctx context.Context, fullMethod string) error {
-	id, ok := wire.PeerIdentity(ctx)
-	if !ok {
-		if _, tls := wire.PeerIsTLS(ctx); tls {
-			return fmt.Errorf("%s: certificate names no Shoal role: %w", fullMethod, errs.ErrPermission)
-		}
-		return nil
-	}
-	svc, method := splitMethod(fullMethod)
-	allowed := func(roles ...pki.Role) error {
-		for _, r := range roles {
-			if id.Role == r {
-				return nil
-			}
-		}
-		return fmt.Errorf("%s: %s may not call it (%v only): %w", fullMethod, id, roles, errs.ErrPermission)
-	}
-	switch {
-	case strings.HasSuffix(svc, ".Peer") && slices.Contains(peerMethods, method):
-		return allowed(pki.RoleMDS)
-	case strings.HasSuffix(svc, ".Peer"):
-		return allowed(pki.RoleMDS, pki.RoleAdmin)
-	case slices.Contains(ostMethods, method):
-		return allowed(pki.RoleOST, pki.RoleMDS)
-	case slices.Contains(adminMethods, method):
-		return allowed(pki.RoleAdmin, pki.RoleMDS)
-	}
-	return nil
-}
-
-func splitMethod(full string) (svc, method string) {
-	full = strings.TrimPrefix(full, "/")
-	svc, method, _ = strings.Cut(full, "/")
-	return svc, method
 }
 
 // DialOST connects to the OST at addr as the MDS does for its own calls

@@ -545,3 +545,152 @@ func errString(err error) string {
 
 // smallLayout is RS 2+1 with 4 KiB cells: three OSTs, small chunks.
 func smallLayout() layout.Layout { return layout.Layout{K: 2, M: 1, Unit: 4096} }
+
+// TestSecurityMDSRoles: the MDS's role table (mds/authorize.go,
+// docs/security.md "Roles at the MDS") through a real TLS cluster. An
+// OST's certificate and an MDS member's cannot create, rename, unlink,
+// change attributes or layouts, read the namespace or run jobs (the OST's
+// may heartbeat and report bad chunks); a client's may use the namespace
+// but not administer; an administrator's may do both, but not register
+// an OST.
+func TestSecurityMDSRoles(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout()})
+	ctx := context.Background()
+	cr, err := cl.IssueCreds(nil, pki.RoleClient, "roles-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub := func(c *wire.Creds) mdspb.MdsClient {
+		cc, err := wire.Dial(cl.MDSAddr(), wire.WithCreds(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return mdspb.NewMdsClient(cc)
+	}
+	// A file and a directory owned by root, made by the administrator.
+	admin := stub(cl.Creds(pki.RoleAdmin))
+	for _, n := range []string{"victim", "victim2"} {
+		if _, err := admin.Create(ctx, &mdspb.CreateRequest{Parent: client.RootIno, Name: []byte(n), Mode: 0o100644}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := &mdspb.Layout{K: 1, M: 0, Unit: 4096}
+	ostID := cl.OST(0).Server.ID()
+	type call struct {
+		name string
+		fn   func(mdspb.MdsClient) error
+	}
+	namespace := []call{
+		{"Create", func(s mdspb.MdsClient) error {
+			_, err := s.Create(ctx, &mdspb.CreateRequest{Parent: client.RootIno, Name: []byte("new"), Mode: 0o100644})
+			return err
+		}},
+		{"Rename", func(s mdspb.MdsClient) error {
+			_, err := s.Rename(ctx, &mdspb.RenameRequest{OldParent: client.RootIno, OldName: []byte("victim"), NewParent: client.RootIno, NewName: []byte("moved")})
+			return err
+		}},
+		{"Unlink", func(s mdspb.MdsClient) error {
+			_, err := s.Unlink(ctx, &mdspb.UnlinkRequest{Parent: client.RootIno, Name: []byte("victim2")})
+			return err
+		}},
+		{"SetLayout", func(s mdspb.MdsClient) error {
+			_, err := s.SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: client.RootIno, Layout: root})
+			return err
+		}},
+		{"SetAttr", func(s mdspb.MdsClient) error {
+			_, err := s.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: client.RootIno, Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o755})
+			return err
+		}},
+		{"Lookup", func(s mdspb.MdsClient) error {
+			_, err := s.Lookup(ctx, &mdspb.LookupRequest{Parent: client.RootIno, Name: []byte("moved")})
+			return err
+		}},
+		{"ReadDir", func(s mdspb.MdsClient) error {
+			_, err := s.ReadDir(ctx, &mdspb.ReadDirRequest{Ino: client.RootIno})
+			return err
+		}},
+	}
+	adminOnly := []call{
+		{"RunGC", func(s mdspb.MdsClient) error { _, err := s.RunGC(ctx, &mdspb.GCRequest{}); return err }},
+		{"StopJob", func(s mdspb.MdsClient) error {
+			_, err := s.StopJob(ctx, &mdspb.JobRequest{Kind: mds.JobScrub})
+			return err
+		}},
+		{"SetOstState", func(s mdspb.MdsClient) error {
+			_, err := s.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: ostID, State: "active"})
+			return err
+		}},
+	}
+	heartbeat := func(s mdspb.MdsClient) error {
+		_, err := s.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: 999}) // no such OST: NOT_FOUND once let through
+		return err
+	}
+	report := func(s mdspb.MdsClient) error {
+		_, err := s.ReportCorrupt(ctx, &mdspb.ReportCorruptRequest{})
+		return err
+	}
+	refused := func(who, what string, err error) {
+		t.Helper()
+		if !errors.Is(err, errs.ErrPermission) {
+			t.Errorf("%s calling %s: %v, want permission denied", who, what, err)
+		}
+	}
+	allowed := func(who, what string, err error) {
+		t.Helper()
+		if errors.Is(err, errs.ErrPermission) || (err != nil && what != "Heartbeat") {
+			t.Errorf("%s calling %s: %v", who, what, err)
+		}
+	}
+
+	// Servers: nothing of the namespace, nothing of the administration.
+	for _, srv := range []struct {
+		who string
+		s   mdspb.MdsClient
+	}{{"an OST", stub(cl.Creds(pki.RoleOST))}, {"an MDS member", stub(cl.Creds(pki.RoleMDS))}} {
+		for _, c := range append(append([]call(nil), namespace...), adminOnly...) {
+			refused(srv.who, c.name, c.fn(srv.s))
+		}
+	}
+	byOST := stub(cl.Creds(pki.RoleOST))
+	if err := heartbeat(byOST); !errors.Is(err, errs.ErrNotFound) {
+		t.Errorf("an OST's heartbeat for an unknown id: %v, want not found (let through)", err)
+	}
+	allowed("an OST", "ReportCorrupt", report(byOST))
+	refused("an MDS member", "Heartbeat", heartbeat(stub(cl.Creds(pki.RoleMDS))))
+	// Nothing changed.
+	for _, n := range []string{"victim", "victim2"} {
+		if _, err := admin.Lookup(ctx, &mdspb.LookupRequest{Parent: client.RootIno, Name: []byte(n)}); err != nil {
+			t.Errorf("%s after the servers' calls: %v", n, err)
+		}
+	}
+	a, err := admin.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: client.RootIno})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := a.GetAttr().GetLayout(); l.GetK() != uint32(smallLayout().K) || l.GetUnit() != uint32(smallLayout().Unit) {
+		t.Errorf("root layout changed by a server's certificate: %v", l)
+	}
+
+	// A client: the namespace, not the administration, not an OST's calls.
+	byClient := stub(cr)
+	for _, c := range namespace {
+		allowed("a client", c.name, c.fn(byClient))
+	}
+	for _, c := range adminOnly {
+		refused("a client", c.name, c.fn(byClient))
+	}
+	refused("a client", "Heartbeat", heartbeat(byClient))
+	allowed("a client", "ReportCorrupt", report(byClient))
+
+	// An administrator: both, but not an OST's registration.
+	if _, err := admin.Rename(ctx, &mdspb.RenameRequest{OldParent: client.RootIno, OldName: []byte("moved"), NewParent: client.RootIno, NewName: []byte("victim")}); err != nil {
+		t.Errorf("an administrator calling Rename: %v", err)
+	}
+	for _, c := range adminOnly {
+		allowed("an administrator", c.name, c.fn(admin))
+	}
+	refused("an administrator", "Heartbeat", heartbeat(admin))
+	_, err = admin.RegisterOst(ctx, &mdspb.RegisterOstRequest{Uuid: "fake", Addr: "127.0.0.1:1"})
+	refused("an administrator", "RegisterOst", err)
+}
