@@ -189,9 +189,17 @@ func (c *Client) Read(ctx context.Context, addr string, extent uint64, index uin
 	return c.do(ctx, addr, req, nil, dst)
 }
 
+// maxPooledTries bounds the tries of one request on pooled connections
+// that fail (see do); the try after them is on a new connection.
+const maxPooledTries = 3
+
 // do runs one request. A request that fails with an I/O error on a pooled
-// connection (which the server may have closed while it sat idle) is tried
-// once more on a new connection: both operations are idempotent.
+// connection is tried again on a new one (both operations are
+// idempotent): the server may have closed it while it sat idle, or gone
+// away and come back (a restart). Every other idle connection to the
+// server was made before that failure too, so they are all closed at once
+// (dropIdle), rather than found dead one request at a time. A failure on
+// a connection just dialed is the server's answer: ErrUnavailable.
 func (c *Client) do(ctx context.Context, addr string, req Request, send, recv [][]byte) error {
 	if err := req.Validate(); err != nil {
 		return err
@@ -200,7 +208,7 @@ func (c *Client) do(ctx context.Context, addr string, req Request, send, recv []
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("datanet: %v on %s: %w", req.Op, addr, err)
 		}
-		cc, pooled, err := c.get(ctx, addr)
+		cc, pooled, err := c.get(ctx, addr, attempt >= maxPooledTries)
 		if err != nil {
 			return err
 		}
@@ -214,10 +222,22 @@ func (c *Client) do(ctx context.Context, addr string, req Request, send, recv []
 		if !errors.As(err, &ioe) {
 			return err
 		}
-		if pooled && attempt == 0 && ctx.Err() == nil {
+		if pooled && ctx.Err() == nil {
+			c.dropIdle(addr)
 			continue
 		}
 		return fmt.Errorf("datanet: %v on %s: %w (%w)", req.Op, addr, errs.ErrUnavailable, ioe.err)
+	}
+}
+
+// dropIdle closes every idle connection to addr.
+func (c *Client) dropIdle(addr string) {
+	c.mu.Lock()
+	idle := c.mu.idle[addr]
+	delete(c.mu.idle, addr)
+	c.mu.Unlock()
+	for _, cc := range idle {
+		cc.close()
 	}
 }
 
@@ -228,8 +248,9 @@ type ioError struct{ err error }
 func (e *ioError) Error() string { return e.err.Error() }
 func (e *ioError) Unwrap() error { return e.err }
 
-// get returns an idle connection to addr (pooled true) or dials one.
-func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, pooled bool, err error) {
+// get returns an idle connection to addr (pooled true) or dials one;
+// with dial, always a new one.
+func (c *Client) get(ctx context.Context, addr string, dial bool) (cc *clientConn, pooled bool, err error) {
 	now := time.Now()
 	var stale []*clientConn
 	c.mu.Lock()
@@ -238,7 +259,7 @@ func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, pooled b
 		return nil, false, fmt.Errorf("datanet: client closed: %w", errs.ErrInvalid)
 	}
 	cs := c.mu.idle[addr]
-	for len(cs) > 0 && cc == nil {
+	for len(cs) > 0 && cc == nil && !dial {
 		last := cs[len(cs)-1]
 		cs = cs[:len(cs)-1]
 		if now.Sub(last.lastUsed) > c.opts.MaxIdleTime {
