@@ -30,7 +30,7 @@ type Tensor struct {
 }
 
 // Shard is a safetensors file restored into device memory: its whole data
-// region in one buffer, each tensor a range of it.
+// region in one buffer, each tensor a range of it (at Tensor.Offset).
 type Shard struct {
 	Buf      *Buffer // owned by the caller when Restore allocated it
 	Tensors  []Tensor
@@ -97,10 +97,14 @@ func (c ctxReaderAt) readAt(p []byte, off int64) (int, error) {
 // Restore reads the safetensors shard at path into device memory: the
 // header (strictly validated by client/ckpt/safetensors) through host
 // memory, then the data region, from the first tensor to the last, with
-// one ReadAt into dst at dstOff (or into a new buffer when dst is nil).
-// Shoal writes shards with the data region 4 KiB aligned in the file, so
-// a buffer that starts aligned gets every local cell by the direct path;
-// tensors keep their offsets from the header.
+// one ReadAt into dst at dstOff (or into a new buffer when dst is nil);
+// tensors keep their offsets from the header. The direct path serves the
+// parts of local cells whose file offsets and device addresses agree
+// modulo Align: Shoal lays its own headers out with the data 4 KiB
+// aligned, but a header kept as another writer padded it (8 bytes, say;
+// `shoal ckpt save --from` keeps them) puts the data anywhere, so the data
+// starts that far into a new buffer (up to Align-1 bytes), and a caller's
+// dst at dstOff should do the same.
 func (r *Reader) Restore(ctx context.Context, path string, dst *Buffer, dstOff int64) (*Shard, error) {
 	f, err := r.Open(ctx, path)
 	if err != nil {
@@ -116,10 +120,12 @@ func (r *Reader) Restore(ctx context.Context, path string, dst *Buffer, dstOff i
 	}
 	owned := false
 	if dst == nil {
-		if dst, err = r.dev.Alloc(max(h.DataLen, 1), true); err != nil {
+		// Room to start the data where its addresses agree with its file
+		// offsets modulo Align.
+		if dst, err = r.dev.Alloc(max(h.DataLen, 1)+Align-1, true); err != nil {
 			return nil, err
 		}
-		owned, dstOff = true, 0
+		owned, dstOff = true, ((h.DataStart()-int64(dst.Addr()%Align))%Align+Align)%Align
 	}
 	s := &Shard{Buf: dst, Metadata: h.Metadata}
 	if h.DataLen > 0 {

@@ -65,7 +65,7 @@ func (s *Store) SaveAsync(ctx context.Context, job string, step int64, shards []
 	s.mu.Unlock()
 	var size int64
 	for i := range shards {
-		size += shardSize(&shards[i])
+		size += shardSize(&shards[i]) + int64(len(shards[i].Header))
 	}
 	arena := s.pool.get(size)
 	staged := stage(shards, arena.buf)
@@ -121,6 +121,7 @@ func stage(shards []Shard, buf []byte) []Shard {
 	for i := range shards {
 		sh := shards[i]
 		sh.Blob = take(sh.Blob)
+		sh.Header = take(sh.Header)
 		if sh.Tensors != nil {
 			ts := make([]Tensor, len(sh.Tensors))
 			for j, t := range sh.Tensors {

@@ -71,8 +71,13 @@ type RestoredShard struct {
 	Name     string
 	Kind     string
 	Metadata map[string]string
-	Tensors  []Tensor // the selected tensors, in data order
-	Blob     []byte
+	// Header is a safetensors shard's header as stored: the file's
+	// bytes before the data (data_start of them), checked against the
+	// manifest. Followed by every tensor's Data in data order, it is the
+	// file byte for byte, as its writer made it.
+	Header  []byte
+	Tensors []Tensor // the selected tensors, in data order
+	Blob    []byte
 }
 
 // Shard returns the restored shard called name, or nil.
@@ -226,38 +231,39 @@ func (s *Store) openShard(ctx context.Context, in Info, e *ShardEntry) (*client.
 	return f, nil
 }
 
-// checkHeader reads a safetensors shard's header, checks its digest
-// (when verify) and that it describes the tensors the manifest lists.
-func (s *Store) checkHeader(ctx context.Context, in Info, f *client.File, e *ShardEntry, verify bool) error {
+// checkHeader reads a safetensors shard's header (the file's first
+// DataStart bytes, returned as stored), checks its digest (when verify)
+// and that it describes the tensors the manifest lists.
+func (s *Store) checkHeader(ctx context.Context, in Info, f *client.File, e *ShardEntry, verify bool) ([]byte, error) {
 	bad := func(detail string) error {
 		return &CorruptError{Job: in.Job, Step: in.Step, Shard: e.Name, Tensor: headerTensor, Detail: detail}
 	}
 	if e.DataStart > safetensors.MaxHeaderSize+8 {
-		return bad(fmt.Sprintf("data start %d", e.DataStart))
+		return nil, bad(fmt.Sprintf("data start %d", e.DataStart))
 	}
 	hdr := make([]byte, e.DataStart)
 	if err := readFull(ctx, f, hdr, 0); err != nil {
-		return fmt.Errorf("ckpt: %s step %d shard %q: read header: %w", in.Job, in.Step, e.Name, err)
+		return nil, fmt.Errorf("ckpt: %s step %d shard %q: read header: %w", in.Job, in.Step, e.Name, err)
 	}
 	if verify {
 		if got := sumBytes(hdr); got != e.HeaderDigest {
-			return &CorruptError{Job: in.Job, Step: in.Step, Shard: e.Name, Tensor: headerTensor, Want: e.HeaderDigest, Got: got}
+			return nil, &CorruptError{Job: in.Job, Step: in.Step, Shard: e.Name, Tensor: headerTensor, Want: e.HeaderDigest, Got: got}
 		}
 	}
 	h, err := safetensors.Decode(hdr, e.Size)
 	if err != nil {
-		return bad(err.Error())
+		return nil, bad(err.Error())
 	}
 	if h.DataStart() != e.DataStart || len(h.Tensors) != len(e.Tensors) {
-		return bad("the header and the manifest disagree")
+		return nil, bad("the header and the manifest disagree")
 	}
 	for i, t := range h.Tensors {
 		te := e.Tensors[i]
 		if t.Name != te.Name || t.DType != te.DType || h.DataStart()+t.Begin != te.Offset || t.Size() != te.Length {
-			return bad(fmt.Sprintf("tensor %q: the header and the manifest disagree", t.Name))
+			return nil, bad(fmt.Sprintf("tensor %q: the header and the manifest disagree", t.Name))
 		}
 	}
-	return nil
+	return hdr, nil
 }
 
 // restoreShard reads the selected tensors (or the blob) of one shard.
@@ -278,9 +284,11 @@ func (s *Store) restoreShard(ctx context.Context, in Info, e *ShardEntry, sel []
 		}
 		return nil
 	}
-	if err := s.checkHeader(ctx, in, f, e, verify); err != nil {
+	hdr, err := s.checkHeader(ctx, in, f, e, verify)
+	if err != nil {
 		return err
 	}
+	rs.Header = hdr
 	rs.Tensors = make([]Tensor, len(sel))
 	spans := make([]span, len(sel))
 	for i, j := range sel {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -16,15 +17,25 @@ import (
 )
 
 // Shard is one file of a checkpoint to save. A shard with Tensors (or
-// Metadata) is written as a safetensors file, its data starting at a
-// 4 KiB boundary, the tensors in the order given; any other shard is an
-// opaque blob (optimizer scalars, data-loader position, RNG state: any
-// bytes) stored as Blob.
+// Metadata, or Header) is written as a safetensors file, the tensors in
+// the order given, its data starting at a 4 KiB boundary (or, with
+// Header, where that header puts it); any other shard is an opaque blob (optimizer scalars, data-loader position, RNG
+// state: any bytes) stored as Blob.
 type Shard struct {
 	Name     string // file name in the step directory (no '/'; not manifest.json)
 	Metadata map[string]string
 	Tensors  []Tensor
 	Blob     []byte
+	// Header, when set, is the safetensors header of a file another
+	// writer made: its first bytes up to the data (the 8-byte length,
+	// the JSON, its padding). Save stores it byte for byte instead of
+	// laying out a header of its own, and places each tensor where it
+	// says, so that the shard's file is the original file, whatever the
+	// JSON's spacing, key order or padding (`shoal ckpt save --from`
+	// passes it). Tensors must be the header's tensors in data order
+	// (safetensors.Decode's order: name, dtype and shape each), and
+	// Metadata nil (the header's is recorded) or equal to the header's.
+	Header []byte
 }
 
 // Tensor is one tensor of a shard: raw little-endian bytes, row major, as
@@ -260,7 +271,9 @@ func checkSave(job string, step int64, shards []Shard) error {
 	return nil
 }
 
-func isSafetensors(sh *Shard) bool { return sh.Tensors != nil || sh.Metadata != nil }
+func isSafetensors(sh *Shard) bool {
+	return sh.Tensors != nil || sh.Metadata != nil || sh.Header != nil
+}
 
 // shardSize is the bytes a shard's data takes (headers not counted).
 func shardSize(sh *Shard) int64 {
@@ -367,13 +380,9 @@ func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
 		p.writes = []write{{0, sh.Blob}}
 		return p, nil
 	}
-	specs := make([]safetensors.Spec, len(sh.Tensors))
-	for i, t := range sh.Tensors {
-		specs[i] = safetensors.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape}
-	}
-	h, hdr, err := safetensors.Layout(sh.Metadata, specs)
+	h, hdr, err := shardHeader(sh)
 	if err != nil {
-		return nil, fmt.Errorf("shard %q: %w", sh.Name, err)
+		return nil, err
 	}
 	if bs != nil && bs.Kind != KindSafetensors {
 		bs = nil
@@ -381,7 +390,7 @@ func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
 	p.header = hdr
 	p.e = ShardEntry{
 		Name: sh.Name, Kind: KindSafetensors, Size: h.FileSize(), DataStart: h.DataStart(),
-		HeaderDigest: sumBytes(hdr), Metadata: sh.Metadata,
+		HeaderDigest: sumBytes(hdr), Metadata: h.Metadata,
 		Tensors: make([]TensorEntry, len(sh.Tensors)),
 	}
 	digests := make([]string, len(sh.Tensors))
@@ -447,6 +456,60 @@ func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
 		p.ranges = append(p.ranges, &mdspb.CloneRange{SrcOff: uint64(sp.src), DstOff: uint64(sp.dst), Length: uint64(sp.n)})
 	}
 	return p, nil
+}
+
+// shardHeader returns the header of a safetensors shard and its bytes
+// (the file's first DataStart bytes): the caller's Header, kept byte for
+// byte once checked against the shard's tensors and metadata, or one laid
+// out here with the data 4 KiB aligned.
+func shardHeader(sh *Shard) (*safetensors.Header, []byte, error) {
+	if sh.Header == nil {
+		specs := make([]safetensors.Spec, len(sh.Tensors))
+		for i, t := range sh.Tensors {
+			specs[i] = safetensors.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape}
+		}
+		h, hdr, err := safetensors.Layout(sh.Metadata, specs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("shard %q: %w", sh.Name, err)
+		}
+		return h, hdr, nil
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("shard %q: Header: "+format+": %w", append([]any{sh.Name}, append(args, errs.ErrInvalid)...)...)
+	}
+	hdr := sh.Header
+	n, err := safetensors.HeaderLen(hdr, int64(len(hdr)))
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	if 8+n != int64(len(hdr)) {
+		return nil, nil, bad("%d bytes, its length field says %d (the bytes before the data, no more)", len(hdr), 8+n)
+	}
+	var dataLen int64
+	for i := range sh.Tensors {
+		sz, err := sh.Tensors[i].Size() // checkSave checked it
+		if err != nil {
+			return nil, nil, fmt.Errorf("shard %q tensor %q: %w", sh.Name, sh.Tensors[i].Name, err)
+		}
+		dataLen += sz
+	}
+	h, err := safetensors.Decode(hdr, int64(len(hdr))+dataLen)
+	if err != nil {
+		return nil, nil, bad("%v (with the %d data bytes of Tensors)", err, dataLen)
+	}
+	if len(h.Tensors) != len(sh.Tensors) {
+		return nil, nil, bad("%d tensors, Tensors has %d", len(h.Tensors), len(sh.Tensors))
+	}
+	for i, ti := range h.Tensors {
+		t := &sh.Tensors[i]
+		if ti.Name != t.Name || ti.DType != t.DType || !slices.Equal(ti.Shape, t.Shape) {
+			return nil, nil, bad("tensor %d in data order is %q %s%v, Tensors[%d] is %q %s%v", i, ti.Name, ti.DType, ti.Shape, i, t.Name, t.DType, t.Shape)
+		}
+	}
+	if sh.Metadata != nil && !maps.Equal(sh.Metadata, h.Metadata) {
+		return nil, nil, bad("metadata %v, Metadata %v", h.Metadata, sh.Metadata)
+	}
+	return h, hdr, nil
 }
 
 // unshare turns a plan's shared ranges into writes, when the base went

@@ -159,7 +159,7 @@ func (s *Store) verifyShard(ctx context.Context, in Info, e *ShardEntry, fill bo
 		return nil, ctx.Err()
 	}
 	if !fill {
-		if err := s.checkHeader(ctx, in, f, e, false); err != nil {
+		if _, err := s.checkHeader(ctx, in, f, e, false); err != nil {
 			problem(headerTensor, err)
 			return probs, nil
 		}

@@ -518,7 +518,7 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 	var keep ckpt.Policy
 	cmd := &cobra.Command{
 		Use:   "save --from DIR JOB STEP",
-		Short: "Save the files of DIR as a checkpoint: *.safetensors files tensor by tensor (sharing unchanged tensors with the step before), other files as they are",
+		Short: "Save the files of DIR as a checkpoint, byte for byte: *.safetensors files tensor by tensor (sharing unchanged tensors with the step before), other files whole",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			step, err := ckptParseStep(args[1])
@@ -574,8 +574,9 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 	return cmd
 }
 
-// readShardDir reads the regular files of dir as shards: a *.safetensors
-// file becomes its tensors (its header must decode), anything else a blob.
+// ckptReadDir reads the regular files of dir as shards: a *.safetensors
+// file becomes its tensors and its header bytes, kept as they are (the
+// header must decode), anything else a blob.
 func ckptReadDir(dir string) ([]ckpt.Shard, error) {
 	es, err := os.ReadDir(dir)
 	if err != nil {
@@ -601,10 +602,11 @@ func ckptReadDir(dir string) ([]ckpt.Shard, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err)
 		}
-		sh := ckpt.Shard{Name: e.Name(), Metadata: h.Metadata, Tensors: make([]ckpt.Tensor, 0, len(h.Tensors))}
+		ds := h.DataStart()
+		sh := ckpt.Shard{Name: e.Name(), Header: b[:ds:ds], Tensors: make([]ckpt.Tensor, 0, len(h.Tensors))}
 		for _, t := range h.Tensors {
 			sh.Tensors = append(sh.Tensors, ckpt.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape,
-				Data: b[h.DataStart()+t.Begin : h.DataStart()+t.End : h.DataStart()+t.End]})
+				Data: b[ds+t.Begin : ds+t.End : ds+t.End]})
 		}
 		shards = append(shards, sh)
 	}
