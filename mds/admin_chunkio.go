@@ -1,0 +1,201 @@
+package mds
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/erasure"
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/ost/ostpb"
+)
+
+// Chunk I/O of the administration worker: its OST connections, and
+// chunk reads, verified writes and rebuilds from parity.
+
+// adminOst returns a client of OST id.
+func (s *Server) adminOst(id uint32) (ostpb.OstClient, error) {
+	var info *mdspb.OstInfo
+	for _, o := range s.listOsts() {
+		if o.Id == id {
+			info = o
+		}
+	}
+	if info == nil {
+		return nil, fmt.Errorf("OST %d: %w", id, errs.ErrNotFound)
+	}
+	w := &s.admin
+	w.connMu.Lock()
+	defer w.connMu.Unlock()
+	c, ok := w.conns[id]
+	if ok && c.addr != info.Addr {
+		c.cc.Close()
+		delete(w.conns, id)
+		ok = false
+	}
+	if !ok {
+		cc, err := s.dialOST(info.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial OST %d at %s: %w", id, info.Addr, err)
+		}
+		c = &ostConn{addr: info.Addr, cc: cc, c: ostpb.NewOstClient(cc)}
+		w.conns[id] = c
+	}
+	return c.c, nil
+}
+
+func (s *Server) ostDelete(ctx context.Context, info *mdspb.OstInfo, ids []*ostpb.ChunkId) error {
+	c, err := s.adminOst(info.Id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
+	defer cancel()
+	_, err = c.DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: ids})
+	if err != nil {
+		return fmt.Errorf("delete %d chunks on OST %d: %w", len(ids), info.Id, err)
+	}
+	return nil
+}
+
+// readWholeChunk reads chunk j of e from its OST (checksums verified there).
+func (s *Server) readWholeChunk(ctx context.Context, e *mdspb.Extent, j int) ([]byte, error) {
+	return s.readChunkFrom(ctx, e.Osts[j], e.Id, uint32(j), chunkLen(e))
+}
+
+func (s *Server) readChunkFrom(ctx context.Context, ost uint32, extent uint64, index uint32, n uint64) ([]byte, error) {
+	c, err := s.adminOst(ost)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
+	defer cancel()
+	r, err := c.ReadChunk(ctx, &ostpb.ReadChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Offset: 0, Length: n})
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %d.%d on OST %d: %w", extent, index, ost, err)
+	}
+	if uint64(len(r.GetData())) != n {
+		return nil, fmt.Errorf("read chunk %d.%d on OST %d: %d bytes, want %d: %w", extent, index, ost, len(r.GetData()), n, errs.ErrCorrupt)
+	}
+	return r.GetData(), nil
+}
+
+// writeVerified writes a chunk to an OST (which fsyncs it before it
+// answers), reads it back and compares.
+func (s *Server) writeVerified(ctx context.Context, ost uint32, extent uint64, index uint32, data []byte) error {
+	c, err := s.adminOst(ost)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
+	_, err = c.WriteChunk(wctx, &ostpb.WriteChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Data: data})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("write chunk %d.%d to OST %d: %w", extent, index, ost, err)
+	}
+	back, err := s.readChunkFrom(ctx, ost, extent, index, uint64(len(data)))
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if !bytes.Equal(back, data) {
+		return fmt.Errorf("verify chunk %d.%d on OST %d: read back differs: %w", extent, index, ost, errs.ErrCorrupt)
+	}
+	return nil
+}
+
+// rebuildChunks reconstructs chunks want of e from other chunks, reading
+// none on an OST in avoid nor any chunk in want. It reads k chunks (data
+// chunks first) and more when some fail.
+func (s *Server) rebuildChunks(ctx context.Context, e *mdspb.Extent, want []int, avoid map[uint32]bool) (map[int][]byte, error) {
+	lo := layoutOfExtent(e)
+	coder, err := erasure.New(lo)
+	if err != nil {
+		return nil, err
+	}
+	n := chunkLen(e)
+	chunks := make([][]byte, lo.Shards())
+	have := 0
+	var errsRead []error
+	for j := 0; j < lo.Shards() && have < lo.K; j++ {
+		if slices.Contains(want, j) || avoid[e.Osts[j]] {
+			continue
+		}
+		b, err := s.readChunkFrom(ctx, e.Osts[j], e.Id, uint32(j), n)
+		if err != nil {
+			errsRead = append(errsRead, err)
+			continue
+		}
+		chunks[j] = b
+		have++
+	}
+	if have < lo.K {
+		return nil, fmt.Errorf("extent %d: %d chunks readable, need %d: %w (%w)", e.Id, have, lo.K, errs.ErrUnavailable, errors.Join(errsRead...))
+	}
+	g := lo.Geom(int64(e.GetLength()))
+	out := make(map[int][]byte, len(want))
+	for _, j := range want {
+		out[j] = make([]byte, n)
+	}
+	cells := make([][]byte, lo.Shards())
+	for r := int64(0); r < g.Rows(); r++ {
+		row := g.Row(r)
+		for j := range cells {
+			cells[j] = nil
+			if chunks[j] != nil {
+				cells[j] = chunks[j][row.ChunkOff : row.ChunkOff+row.Cell]
+			}
+		}
+		if err := coder.ReconstructData(cells); err != nil {
+			return nil, fmt.Errorf("extent %d row %d: %w", e.Id, r, err)
+		}
+		// Parity: encode afresh into new cells (the read ones are kept
+		// as they are).
+		par := make([][]byte, lo.Shards())
+		copy(par, cells[:lo.K])
+		for j := lo.K; j < lo.Shards(); j++ {
+			par[j] = make([]byte, row.Cell)
+		}
+		if err := coder.Encode(par); err != nil {
+			return nil, err
+		}
+		for _, j := range want {
+			copy(out[j][row.ChunkOff:row.ChunkOff+row.Cell], par[j])
+		}
+	}
+	return out, nil
+}
+
+// rate spreads the worker's writes to a bandwidth (0: unlimited). Its
+// wait is safe for concurrent use.
+type rate struct {
+	bps   uint64
+	start time.Time
+	mu    struct {
+		sync.Mutex
+		bytes uint64 // accounted so far
+	}
+}
+
+func newRate(bps uint64) *rate { return &rate{bps: bps, start: time.Now()} }
+
+func (r *rate) wait(ctx context.Context, n uint64) {
+	if r.bps == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.mu.bytes += n
+	total := r.mu.bytes
+	r.mu.Unlock()
+	due := r.start.Add(time.Duration(float64(total) / float64(r.bps) * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}

@@ -1,0 +1,309 @@
+package mds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// Passes of the repair, drain and rebalance jobs (admin_worker.go): plan
+// from the committed extents, move in batches, end or say why they wait.
+
+// runPass plans and runs one pass of a repair, drain or rebalance job.
+func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
+	kind := job.Kind
+	if job.Passes == 0 {
+		s.admin.stalled[kind] = 0
+	}
+	ov := s.ostView()
+	exts, view, err := s.committedExtents()
+	if err != nil {
+		return err
+	}
+	pv := planView{extents: view, load: loadOf(view), dest: ov.dest}
+	var moves []chunkMove
+	var lost uint64
+	stuck := 0
+	unreadable := s.unreadable(ov, job)
+	switch kind {
+	case JobRepair:
+		lostSet := s.lostSet(ov, job)
+		for id := range lostSet {
+			delete(pv.dest, id)
+		}
+		ev := planEvacuate(pv, lostSet, unreadable)
+		moves, lost, stuck = ev.moves, uint64(len(ev.lost)), ev.stuck
+	case JobDrain:
+		drain := map[uint32]bool{}
+		for id, st := range ov.state {
+			if st == ostDraining {
+				drain[id] = true
+			}
+		}
+		ev := planEvacuate(pv, drain, unreadable)
+		moves, lost, stuck = ev.moves, uint64(len(ev.lost)), ev.stuck
+		if len(moves) == 0 && stuck == 0 && len(ev.lost) == 0 {
+			// Done only when no pending allocation still targets a
+			// draining OST (it may yet be committed).
+			for id := range drain {
+				if n, err := s.pendingOn(id); err != nil {
+					return err
+				} else if n > 0 {
+					stuck += n
+				}
+			}
+		}
+	case JobRebalance:
+		var down []uint32
+		for id, st := range ov.state {
+			if st == ostActive && !ov.up[id] {
+				down = append(down, id)
+			}
+		}
+		if len(down) > 0 {
+			// A plan without them would be wrong once they are back:
+			// wait (repair or remove a dead OST first).
+			slices.Sort(down)
+			_, err := s.updateJob(kind, func(j *mdspb.AdminJob) {
+				j.Error = fmt.Sprintf("waiting: OSTs %v are down (repair or remove them)", down)
+			})
+			return err
+		}
+		thr := job.GetParams().GetThresholdPct()
+		if thr <= 0 {
+			thr = 5
+		}
+		moves = planRebalance(pv, thr).moves
+	}
+	var bytesPlanned uint64
+	for _, m := range moves {
+		bytesPlanned += m.bytes
+	}
+	job, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
+		j.PlannedChunks, j.PlannedBytes, j.LostExtents = uint64(len(moves)), bytesPlanned, lost
+		if strings.HasPrefix(j.Error, "waiting") {
+			j.Error = ""
+		}
+		if len(moves) == 0 && stuck > 0 {
+			j.Error = fmt.Sprintf("%d chunks wait: no OST to move them to, or allocations not yet committed", stuck)
+		}
+		if len(moves) == 0 && stuck == 0 && j.State == JobRunning {
+			j.State, j.FinishedNs = JobDone, s.now()
+			if lost > 0 {
+				j.State = JobFailed
+				j.Error = fmt.Sprintf("%d extents have more than m chunks unreadable and cannot be rebuilt", lost)
+			}
+		}
+	})
+	if err != nil || job.State != JobRunning {
+		if err == nil {
+			s.log.Info("admin job finished", "job", kind, "state", job.State, "chunks", job.DoneChunks, "bytes", job.DoneBytes)
+		}
+		return err
+	}
+	if len(moves) == 0 {
+		// Waiting (pending allocations, or no destination yet).
+		return nil
+	}
+	s.log.Info("admin pass", "job", kind, "moves", len(moves), "bytes", bytesPlanned)
+	keys, err := s.mapKeysOf(moves)
+	if err != nil {
+		return err
+	}
+	groups := groupMoves(moves)
+	bw := job.GetParams().GetMaxBandwidth()
+	if bw == 0 && kind == JobRebalance {
+		bw = s.o.Admin.RebalanceBandwidth
+	}
+	p := newRate(bw)
+	progress := false
+	for i := 0; i < len(groups); i += s.o.Admin.BatchExtents {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if cur, err := s.loadJob(kind); err != nil {
+			return err
+		} else if cur.State != JobRunning {
+			return nil // stopped
+		}
+		batch := groups[i:min(i+s.o.Admin.BatchExtents, len(groups))]
+		// Copy the batch's extents, Concurrency at a time; results
+		// keep the batch's order.
+		results := make([]movedExtent, len(batch))
+		copyErrs := make([]error, len(batch))
+		sem := make(chan struct{}, s.o.Admin.Concurrency)
+		var wg sync.WaitGroup
+		for gi, g := range batch {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				me, err := s.copyChunks(ctx, kind, exts[g[0].extent], g, unreadable)
+				results[gi], copyErrs[gi] = me, err
+				if err == nil {
+					p.wait(ctx, me.bytes)
+				}
+			})
+		}
+		wg.Wait()
+		var ready []movedExtent
+		var failed uint64
+		var lastErr error
+		for gi, g := range batch {
+			if err := copyErrs[gi]; err != nil {
+				failed += uint64(len(g))
+				lastErr = err
+				s.log.Warn("admin: move failed", "job", kind, "extent", g[0].extent, "err", err)
+				continue
+			}
+			ready = append(ready, results[gi])
+		}
+		s.admin.met.moveFailed(kind, failed)
+		n, b, err := s.switchPlacements(ready, keys)
+		if err != nil {
+			return err
+		}
+		s.admin.met.moved(kind, n, b)
+		if n > 0 {
+			progress = true
+		}
+		_, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
+			j.DoneChunks += n
+			j.DoneBytes += b
+			j.FailedChunks += failed
+			if lastErr != nil {
+				j.Error = lastErr.Error()
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	w := &s.admin
+	if progress {
+		w.stalled[kind] = 0
+	} else {
+		w.stalled[kind]++
+	}
+	_, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
+		j.Passes++
+		if w.stalled[kind] >= s.o.Admin.MaxPasses && j.State == JobRunning {
+			j.State, j.FinishedNs = JobFailed, s.now()
+			if j.Error == "" {
+				j.Error = "no progress"
+			}
+		}
+	})
+	return err
+}
+
+// lostSet is the OSTs a repair job treats as gone: those it names, the
+// removed ones and those down longer than RepairAfter.
+func (s *Server) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
+	lost := map[uint32]bool{}
+	for _, id := range job.GetParams().GetOsts() {
+		if !ov.up[id] || ov.state[id] == ostRemoved {
+			lost[id] = true
+		}
+	}
+	for id, st := range ov.state {
+		if st == ostRemoved {
+			lost[id] = true
+		}
+	}
+	if after := s.o.Admin.RepairAfter; after > 0 {
+		now := s.o.Now()
+		for id, since := range s.admin.downSince {
+			if now.Sub(since) >= after {
+				lost[id] = true
+			}
+		}
+	}
+	return lost
+}
+
+// unreadable is the OSTs that cannot serve chunks: down or removed.
+func (s *Server) unreadable(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
+	out := map[uint32]bool{}
+	for id := range ov.infos {
+		if !ov.up[id] {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// pendingOn counts pending allocations with a chunk on OST id.
+func (s *Server) pendingOn(id uint32) (int, error) {
+	n := 0
+	err := scan(s.db, []byte{prefixPending}, func(k, v []byte) (bool, error) {
+		e, err := decodeExtentValue(k, v)
+		if err != nil {
+			return false, err
+		}
+		if contains(e.GetOsts(), id) {
+			n++
+		}
+		return true, nil
+	})
+	return n, err
+}
+
+// autoRepair tracks how long each OST has been down and starts a repair
+// job for those down longer than RepairAfter that still hold chunks.
+func (s *Server) autoRepair() error {
+	ov := s.ostView()
+	w := &s.admin
+	now := s.o.Now()
+	for id := range ov.infos {
+		if ov.up[id] || ov.state[id] == ostRemoved {
+			delete(w.downSince, id)
+			continue
+		}
+		if _, ok := w.downSince[id]; !ok {
+			since := now
+			if hb := ov.infos[id].LastHeartbeatNs; hb > 0 {
+				since = time.Unix(0, hb)
+			}
+			w.downSince[id] = since
+		}
+	}
+	after := s.o.Admin.RepairAfter
+	if after < 0 {
+		return nil
+	}
+	var due []uint32
+	for id, since := range w.downSince {
+		if now.Sub(since) >= after {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	job, err := s.loadJob(JobRepair)
+	if err != nil || job.State == JobRunning || job.State == JobStopped {
+		return err
+	}
+	// Only when some extent still has a chunk there.
+	var need []uint32
+	for _, id := range due {
+		n, err := s.extentsOn(id)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			need = append(need, id)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	s.log.Warn("OSTs down longer than the repair delay; rebuilding their chunks", "osts", need, "after", after)
+	_, err = s.startJob(&mdspb.StartJobRequest{Kind: JobRepair, Osts: need})
+	return err
+}
