@@ -917,8 +917,13 @@ type OstInfo struct {
 	Up              bool                   `protobuf:"varint,9,opt,name=up,proto3" json:"up,omitempty"`
 	FsId            string                 `protobuf:"bytes,10,opt,name=fs_id,json=fsId,proto3" json:"fs_id,omitempty"` // file system the OST's directory is on (OSTs sharing one are counted once by StatFs)
 	State           string                 `protobuf:"bytes,11,opt,name=state,proto3" json:"state,omitempty"`           // Administration: "up", "down", "draining" or "removed" (OstState)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// nearfull: used space at or over the MDS's near-full ratio (90% by
+	// default); status warns. full: at or over its full ratio (95%), or too
+	// little free space for one more cell: placement puts no new chunk there.
+	Nearfull      bool `protobuf:"varint,12,opt,name=nearfull,proto3" json:"nearfull,omitempty"`
+	Full          bool `protobuf:"varint,13,opt,name=full,proto3" json:"full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OstInfo) Reset() {
@@ -1026,6 +1031,20 @@ func (x *OstInfo) GetState() string {
 		return x.State
 	}
 	return ""
+}
+
+func (x *OstInfo) GetNearfull() bool {
+	if x != nil {
+		return x.Nearfull
+	}
+	return false
+}
+
+func (x *OstInfo) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
 }
 
 type Empty struct {
@@ -2126,10 +2145,13 @@ func (x *GetExtentsReply) GetCaps() [][]byte {
 }
 
 type AllocExtentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	ExcludeOsts   []uint32               `protobuf:"varint,3,rep,packed,name=exclude_osts,json=excludeOsts,proto3" json:"exclude_osts,omitempty"` // OSTs the client saw fail
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Ino         uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Count       uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	ExcludeOsts []uint32               `protobuf:"varint,3,rep,packed,name=exclude_osts,json=excludeOsts,proto3" json:"exclude_osts,omitempty"` // OSTs the client saw fail
+	// length is the most bytes each extent will store (before compression):
+	// chunks are placed only on OSTs with room for theirs. 0: one cell.
+	Length        uint64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2185,10 +2207,24 @@ func (x *AllocExtentsRequest) GetExcludeOsts() []uint32 {
 	return nil
 }
 
+func (x *AllocExtentsRequest) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
 type AllocExtentsReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Extents       []*Extent              `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"` // id, layout and placement set; length 0
-	Caps          [][]byte               `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty"`       // caps[i]: a write capability for extents[i]'s chunks
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Extents []*Extent              `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"` // id, layout and placement set; length 0
+	Caps    [][]byte               `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty"`       // caps[i]: a write capability for extents[i]'s chunks
+	// min_chunks is how many chunks of an extent must be durable for
+	// CommitExtents to take it (k plus the MDS's minimum parity). A slot
+	// of osts that is 0 is unplaced: fewer than k+m OSTs could take chunks,
+	// and the extent is written narrow, then widened by the MDS. A client
+	// may also commit with a slot it could not write set to 0, as long as
+	// min_chunks are placed.
+	MinChunks     uint32 `protobuf:"varint,3,opt,name=min_chunks,json=minChunks,proto3" json:"min_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2235,6 +2271,13 @@ func (x *AllocExtentsReply) GetCaps() [][]byte {
 		return x.Caps
 	}
 	return nil
+}
+
+func (x *AllocExtentsReply) GetMinChunks() uint32 {
+	if x != nil {
+		return x.MinChunks
+	}
+	return 0
 }
 
 type CommitExtentsRequest struct {
@@ -2640,8 +2683,13 @@ func (*ListOstsRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListOstsReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Osts          []*OstInfo             `protobuf:"bytes,1,rep,name=osts,proto3" json:"osts,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Osts  []*OstInfo             `protobuf:"bytes,1,rep,name=osts,proto3" json:"osts,omitempty"`
+	// narrow_extents counts committed extents with chunk slots left
+	// unplaced (written while fewer than k+m OSTs could take chunks), which
+	// the MDS widens to their full placement when OSTs can take them
+	// (docs/reliability.md, "Writes while OSTs are down or full").
+	NarrowExtents uint64 `protobuf:"varint,2,opt,name=narrow_extents,json=narrowExtents,proto3" json:"narrow_extents,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2681,6 +2729,13 @@ func (x *ListOstsReply) GetOsts() []*OstInfo {
 		return x.Osts
 	}
 	return nil
+}
+
+func (x *ListOstsReply) GetNarrowExtents() uint64 {
+	if x != nil {
+		return x.NarrowExtents
+	}
+	return 0
 }
 
 type SetXattrRequest struct {
@@ -5182,7 +5237,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12&\n" +
-	"\x04attr\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\"\x84\x02\n" +
+	"\x04attr\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\"\xb4\x02\n" +
 	"\aOstInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -5195,7 +5250,9 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x02up\x18\t \x01(\bR\x02up\x12\x13\n" +
 	"\x05fs_id\x18\n" +
 	" \x01(\tR\x04fsId\x12\x14\n" +
-	"\x05state\x18\v \x01(\tR\x05state\"\a\n" +
+	"\x05state\x18\v \x01(\tR\x05state\x12\x1a\n" +
+	"\bnearfull\x18\f \x01(\bR\bnearfull\x12\x12\n" +
+	"\x04full\x18\r \x01(\bR\x04full\"\a\n" +
 	"\x05Empty\"e\n" +
 	"\tAttrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x16\n" +
@@ -5274,14 +5331,17 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0fGetExtentsReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x121\n" +
 	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x12\n" +
-	"\x04caps\x18\x03 \x03(\fR\x04caps\"`\n" +
+	"\x04caps\x18\x03 \x03(\fR\x04caps\"x\n" +
 	"\x13AllocExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12!\n" +
-	"\fexclude_osts\x18\x03 \x03(\rR\vexcludeOsts\"W\n" +
+	"\fexclude_osts\x18\x03 \x03(\rR\vexcludeOsts\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x04R\x06length\"v\n" +
 	"\x11AllocExtentsReply\x12.\n" +
 	"\aextents\x18\x01 \x03(\v2\x14.shoal.mds.v1.ExtentR\aextents\x12\x12\n" +
-	"\x04caps\x18\x02 \x03(\fR\x04caps\"v\n" +
+	"\x04caps\x18\x02 \x03(\fR\x04caps\x12\x1d\n" +
+	"\n" +
+	"min_chunks\x18\x03 \x01(\rR\tminChunks\"v\n" +
 	"\x14CommitExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x121\n" +
 	"\aextents\x18\x02 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x19\n" +
@@ -5310,9 +5370,10 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x16\n" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12\x13\n" +
 	"\x05fs_id\x18\a \x01(\tR\x04fsId\"\x11\n" +
-	"\x0fListOstsRequest\":\n" +
+	"\x0fListOstsRequest\"a\n" +
 	"\rListOstsReply\x12)\n" +
-	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstInfoR\x04osts\"c\n" +
+	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstInfoR\x04osts\x12%\n" +
+	"\x0enarrow_extents\x18\x02 \x01(\x04R\rnarrowExtents\"c\n" +
 	"\x0fSetXattrRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x14\n" +
