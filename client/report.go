@@ -12,8 +12,9 @@ import (
 
 // Reports of corrupt chunks (DESIGN.md, invariant 4: a read "reports the
 // bad chunk for repair"). When the read path meets a chunk its OST says is
-// corrupt (errs.ErrCorrupt: a checksum mismatch, a bad checksum sidecar, a
-// short chunk file), it notes the chunk here and goes on reconstructing
+// damaged (errs.ErrCorrupt: a checksum mismatch, a bad checksum sidecar, a
+// chunk file of another length than its sidecar covers; errs.ErrInvalid:
+// a chunk file too short for the range read), it notes the chunk here and goes on reconstructing
 // from parity; a goroutine sends the noted chunks to the MDS
 // (ReportCorrupt), whose administration worker reads the chunk again and
 // rebuilds it in place, without waiting for a scrub to find it.
@@ -58,9 +59,9 @@ type reporter struct {
 
 // noteChunkError is the read path's hook: called with the error of a
 // chunk read, it queues the chunk for a report when the error says its
-// bytes are corrupt. It never blocks on I/O.
+// bytes are damaged. It never blocks on I/O.
 func (c *Client) noteChunkError(extent uint64, index uint32, ost uint32, err error) {
-	if err == nil || c.opts.NoCorruptReports || !errors.Is(err, errs.ErrCorrupt) {
+	if err == nil || c.opts.NoCorruptReports || !chunkDamaged(err) {
 		return
 	}
 	r := &c.rep
@@ -103,6 +104,17 @@ func (c *Client) noteChunkError(extent uint64, index uint32, ost uint32, err err
 	r.mu.running = true
 	r.wg.Add(1)
 	go c.sendReports(r.mu.ctx)
+}
+
+// chunkDamaged reports whether the error of a chunk read says the chunk
+// on its OST is damaged: corrupt (a checksum mismatch, a bad or missing
+// checksum sidecar, a data file of another length than its sidecar
+// covers) or short (the OST refuses a range inside the chunk's length,
+// which the extent's layout gives: ErrInvalid, "range outside its
+// bytes"). The MDS reads the chunk again before it rebuilds anything, so
+// a wrong guess costs one read.
+func chunkDamaged(err error) bool {
+	return errors.Is(err, errs.ErrCorrupt) || errors.Is(err, errs.ErrInvalid)
 }
 
 // pruneLocked drops dedup entries older than the window, or all of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,10 +16,40 @@ import (
 // Bad chunks (reported by scrub, fsck or a client's read) rebuilt in
 // place on their own OST.
 
-// repairBad rebuilds chunks reported bad (scrub, fsck) in place: the bad
-// copy is deleted and the rebuilt one written to the same OST (which holds
-// no other chunk of the extent), then read back. Reports naming a chunk
-// that is no longer where they say are dropped.
+// badRetry holds off a bad chunk whose rebuild failed, or whose client
+// report could not be checked, until a time. It applies to the report it
+// was made for: a later report of the same chunk (a scrub's or fsck's,
+// which need no check) replaces the record and is tried at once.
+type badRetry struct {
+	until    time.Time
+	reported int64 // the record's ReportedNs
+}
+
+// damaged reports whether the answer of a whole-chunk read
+// (readWholeChunk) says the chunk's bytes are damaged, as opposed to
+// unknown now (the OST busy or unreachable). Damage is every kind the
+// OSTs' scrubber recognises, seen through a read:
+//
+//   - ErrCorrupt: a checksum mismatch, a missing or bad checksum sidecar,
+//     a data file whose length differs from the one its sidecar covers;
+//   - ErrNotFound: the chunk file is gone;
+//   - ErrInvalid: the OST refuses the range [0, chunk length) that the
+//     extent's layout gives ("range outside its bytes"): the chunk file
+//     is shorter than it must be (truncated).
+//
+// Before ErrInvalid was counted, a truncated chunk that a client reported
+// was "tried later" for ever, and the scrub's and fsck's reports of it
+// were dropped as queued already.
+func damaged(err error) bool {
+	return errors.Is(err, errs.ErrCorrupt) || errors.Is(err, errs.ErrNotFound) || errors.Is(err, errs.ErrInvalid)
+}
+
+// repairBad rebuilds chunks reported bad (scrub, fsck, clients) in place:
+// the bad copy is deleted and the rebuilt one written to the same OST
+// (which holds no other chunk of the extent), then read back. Reports
+// naming a chunk that is no longer where they say are dropped; a client's
+// report is checked first (the chunk read again) and dropped when the
+// chunk reads back whole.
 func (s *Server) repairBad(ctx context.Context) error {
 	type entry struct {
 		key []byte
@@ -38,6 +69,9 @@ func (s *Server) repairBad(ctx context.Context) error {
 	}
 	ov := s.ostView()
 	now := s.o.Now()
+	later := func(rk string, b *mdspb.BadChunk) {
+		s.admin.badRetry[rk] = badRetry{until: now.Add(10 * s.o.Admin.Interval), reported: b.ReportedNs}
+	}
 	var firstErr error
 	for _, en := range ents {
 		if ctx.Err() != nil {
@@ -45,7 +79,7 @@ func (s *Server) repairBad(ctx context.Context) error {
 		}
 		b := en.b
 		rk := string(en.key)
-		if t, ok := s.admin.badRetry[rk]; ok && now.Before(t) {
+		if r, ok := s.admin.badRetry[rk]; ok && r.reported == b.ReportedNs && now.Before(r.until) {
 			continue
 		}
 		e, err := s.extentOf(b.Extent)
@@ -63,7 +97,9 @@ func (s *Server) repairBad(ctx context.Context) error {
 				// A client's report: the OST checks the chunk's
 				// checksums again; a chunk that reads back whole was a
 				// passing fault (or a wrong report) and is kept.
-				if _, err := s.readWholeChunk(ctx, e, int(b.Index)); err == nil {
+				_, err := s.readWholeChunk(ctx, e, int(b.Index))
+				switch {
+				case err == nil:
 					s.log.Info("admin: chunk reported by a client reads back whole; kept", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost)
 					s.admin.met.badDismissed.Inc()
 					delete(s.admin.badRetry, rk)
@@ -71,22 +107,25 @@ func (s *Server) repairBad(ctx context.Context) error {
 						return err
 					}
 					continue
-				} else if !errors.Is(err, errs.ErrCorrupt) && !errors.Is(err, errs.ErrNotFound) {
+				case !damaged(err):
 					// Cannot tell now (the OST is busy or unreachable):
-					// later.
-					s.admin.badRetry[rk] = now.Add(10 * s.o.Admin.Interval)
+					// later, and say so the first time.
+					if _, ok := s.admin.badRetry[rk]; !ok {
+						s.log.Warn("admin: cannot check a chunk a client reported bad; trying again later", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
+					}
+					later(rk, b)
 					continue
 				}
 			}
 			if err := s.rebuildInPlace(ctx, e, int(b.Index), ov); err != nil {
 				s.log.Warn("admin: rebuild of bad chunk failed", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
-				s.admin.badRetry[rk] = now.Add(10 * s.o.Admin.Interval)
+				later(rk, b)
 				if firstErr == nil {
 					firstErr = err
 				}
 				continue
 			}
-			s.log.Info("admin: bad chunk rebuilt", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost)
+			s.log.Info("admin: bad chunk rebuilt", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "reason", b.Reason)
 			s.admin.met.badRepaired.Inc()
 		}
 		delete(s.admin.badRetry, rk)

@@ -164,7 +164,9 @@ func (s *Server) PlanRebalance(ctx context.Context, req *mdspb.StartJobRequest) 
 // client's read path) for the worker, which rebuilds them from the other
 // chunks of their extent. A client's reports (from_client, and every
 // report made with a client certificate) are checked by reading the chunk
-// again before anything is rebuilt.
+// again before anything is rebuilt. A chunk queued already is not queued
+// again, except that a scrub's or fsck's report replaces a client's (it
+// needs no check).
 func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequest) (_ *mdspb.Empty, err error) {
 	done, err := s.start("reportcorrupt")
 	if err != nil {
@@ -198,8 +200,14 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 			if len(rec.Reason) > 512 {
 				rec.Reason = rec.Reason[:512]
 			}
-			if _, err := getValue(t.b, badKey(rec.Extent, rec.Index)); err == nil {
-				continue // queued already
+			if v, err := getValue(t.b, badKey(rec.Extent, rec.Index)); err == nil {
+				// Queued already; but a client's report waits for a
+				// check that a scrub's or fsck's report does not need:
+				// that one replaces it, and the rebuild goes ahead.
+				old := &mdspb.BadChunk{}
+				if err := proto.Unmarshal(v, old); err == nil && (!old.FromClient || rec.FromClient) {
+					continue
+				}
 			} else if !errors.Is(err, errs.ErrNotFound) {
 				return err
 			}

@@ -140,7 +140,7 @@ type adminWorker struct {
 	connMu    sync.Mutex // guards conns
 	conns     map[uint32]*ostConn
 	downSince map[uint32]time.Time // when the worker first saw an OST down
-	badRetry  map[string]time.Time // bad chunks whose repair failed: not before
+	badRetry  map[string]badRetry  // bad chunks whose repair failed or could not be checked: not before (admin_bad.go)
 	stalled   map[string]int       // passes without progress, by job kind
 
 	mu struct {
@@ -156,7 +156,7 @@ func (s *Server) startAdmin(ctx context.Context) {
 	w.conns = make(map[uint32]*ostConn)
 	w.started = s.o.Now()
 	w.downSince = make(map[uint32]time.Time)
-	w.badRetry = make(map[string]time.Time)
+	w.badRetry = make(map[string]badRetry)
 	w.stalled = make(map[string]int)
 	go s.adminLoop(ctx)
 }

@@ -190,3 +190,123 @@ func TestClientReportsCorruptChunk(t *testing.T) {
 		t.Errorf("the scrub found %v corrupt chunks after the repair", n)
 	}
 }
+
+// TestTruncatedChunkRepaired: a chunk file cut short on an OST's disk
+// (issue 17, item 5) is rebuilt by every path that finds it: a client's
+// read (the MDS's check of the report reads "range outside its bytes",
+// which is damage, not "try later"), an admin scrub, and fsck --repair;
+// and a client's report of a chunk gives way to a scrub's report of it.
+// Each time the chunk file gets its bytes back and the bad-chunk gauge
+// returns to 0.
+func TestTruncatedChunkRepaired(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP (-short): starts a cluster")
+	}
+	reg := prometheus.NewRegistry()
+	cl := cluster.Start(t, cluster.Options{
+		OSTs: 6, Layout: adminLayout, Registry: reg,
+		Admin: mds.AdminOptions{Interval: 100 * time.Millisecond, RepairAfter: -1},
+		Scrub: ost.ScrubOptions{Rate: -1}, // no background scrub
+	})
+	c := cl.Client()
+	ctx := context.Background()
+	stub := adminStub(t, cl)
+	idx := ostIndex(cl, 6)
+	// truncate cuts chunk 1 (data) of the first extent of a new file to
+	// half its length and returns its path, its good bytes and the file's.
+	truncate := func(name string, seed uint64) (path string, good, data []byte) {
+		t.Helper()
+		data = randBytes(seed, 1<<20+777)
+		writeFile(t, c, name, data)
+		a, err := c.Stat(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exts, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
+		if err != nil || len(exts.Extents) == 0 {
+			t.Fatalf("extents of %s: %v %v", name, exts, err)
+		}
+		e := exts.Extents[0].Extent
+		path = cl.OST(idx[e.Osts[1]]).Server.ChunkPath(e.Id, 1)
+		if good, err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(path, int64(len(good)/2)); err != nil {
+			t.Fatal(err)
+		}
+		return path, good, data
+	}
+	// repaired waits until the chunk file has its bytes back, nothing is
+	// queued, and repaired counts want.
+	repaired := func(how, path string, good []byte, want float64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			b, err := os.ReadFile(path)
+			if err == nil && bytes.Equal(b, good) &&
+				metricValue(t, reg, "shoal_mds_admin_bad_chunks_repaired_total") == want &&
+				metricValue(t, reg, "shoal_mds_admin_bad_chunks_queued") == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: truncated chunk not rebuilt in 30s (file %d of %d bytes, %v; repaired %v, queued %v)", how, len(b), len(good), err,
+					metricValue(t, reg, "shoal_mds_admin_bad_chunks_repaired_total"), metricValue(t, reg, "shoal_mds_admin_bad_chunks_queued"))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// A client's read.
+	path, good, data := truncate("/read", 1)
+	got, err := readFile(cl.Client(), "/read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "read of a file with a truncated chunk", got, data)
+	repaired("client read", path, good, 1)
+	if n := metricValue(t, reg, "shoal_mds_admin_bad_chunks_reported_total", "source", "client"); n != 1 {
+		t.Errorf("reported by clients: %v, want 1", n)
+	}
+
+	// An admin scrub, no client involved.
+	path, good, _ = truncate("/scrub", 2)
+	startJob(t, stub, &mdspb.StartJobRequest{Kind: mds.JobScrub})
+	if j := waitJob(t, stub, mds.JobScrub, time.Minute); j.State != mds.JobDone || j.CorruptFound != 1 {
+		t.Fatalf("scrub: %v", j)
+	}
+	repaired("scrub", path, good, 2)
+
+	// fsck --repair: a wrong length, queued and rebuilt.
+	path, good, _ = truncate("/fsck", 3)
+	r, err := stub.Fsck(ctx, &mdspb.FsckRequest{Repair: true, OrphanGraceNs: int64(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ProblemCount != 1 || r.Problems[0].Kind != "wrong_length" || !r.Problems[0].Fixed {
+		t.Fatalf("fsck --repair: %v", r)
+	}
+	repaired("fsck --repair", path, good, 3)
+
+	// A client's report held for its check, then the scrubber's report
+	// of the same chunk: the scrubber's replaces it, and it is rebuilt.
+	path, good, _ = truncate("/both", 4)
+	a, err := c.Stat(ctx, "/both")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exts, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := exts.Extents[0].Extent
+	for _, req := range []*mdspb.ReportCorruptRequest{
+		{Chunks: []*mdspb.BadChunk{{Extent: e.Id, Index: 1, Ost: e.Osts[1], FromClient: true, Reason: "test: client"}}},
+		{Ost: e.Osts[1], Chunks: []*mdspb.BadChunk{{Extent: e.Id, Index: 1, Reason: "test: scrub"}}},
+	} {
+		if _, err := stub.ReportCorrupt(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repaired("client then scrub report", path, good, 4)
+	fsckClean(t, stub, 30*time.Second)
+}
