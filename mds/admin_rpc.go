@@ -45,6 +45,11 @@ func (s *Server) startJob(req *mdspb.StartJobRequest) (*mdspb.AdminJob, error) {
 	if req.GetThresholdPct() < 0 || req.GetThresholdPct() > 100 {
 		return nil, fmt.Errorf("threshold %v%% (0..100): %w", req.GetThresholdPct(), errs.ErrInvalid)
 	}
+	if req.GetKind() == JobRepair {
+		if err := s.checkRepairOsts(req.GetOsts()); err != nil {
+			return nil, err
+		}
+	}
 	params := proto.Clone(req).(*mdspb.StartJobRequest)
 	if params.Kind == JobRepair && len(params.Osts) == 0 {
 		// Every OST down now is lost for this repair.
@@ -83,6 +88,27 @@ func (s *Server) startJob(req *mdspb.StartJobRequest) (*mdspb.AdminJob, error) {
 	s.log.Info("admin job started", "job", j.Kind, "state", j.State)
 	s.kickAdmin()
 	return j, nil
+}
+
+// checkRepairOsts checks the OSTs a repair names (--ost) before the job
+// starts: each must be known and down or removed, since a repair rebuilds
+// only the chunks of OSTs that cannot serve them (an OST that is up is
+// drained instead). Before, `repair --ost 999` said done.
+func (s *Server) checkRepairOsts(ids []uint32) error {
+	osts := map[uint32]*mdspb.OstInfo{}
+	for _, o := range s.listOsts() {
+		osts[o.Id] = o
+	}
+	for _, id := range ids {
+		o, ok := osts[id]
+		switch {
+		case !ok:
+			return fmt.Errorf("repair: there is no OST %d (shoal admin osts lists them): %w", id, errs.ErrNotFound)
+		case o.Up && o.State != StateRemoved:
+			return fmt.Errorf("repair: OST %d is up (%s): repair rebuilds the chunks of down or removed OSTs; drain an OST that is up to move its chunks off: %w", id, o.State, errs.ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // StopJob stops a running job after its current batch; StartJob resumes it.

@@ -271,48 +271,40 @@ func printStripe(w io.Writer, af *adminFlags, r stripeReport) error {
 }
 
 func adminSetstripeCmd(af *adminFlags) *cobra.Command {
-	var k, m uint32
-	var unit string
-	var replicas uint32
+	var lf layoutFlags
 	var comp compressFlags
 	cmd := &cobra.Command{
 		Use:   "setstripe PATH",
 		Short: "Set the layout of a directory (inherited by new files) or of an empty file",
 		Long: "Set the layout {k, m, unit} of a directory, which files and directories created in it inherit, " +
-			"or of an empty regular file. PATH is a path inside the file system (from its root). " +
+			"or of an empty regular file. PATH is a path inside the file system (from its root; / is the root). " +
 			"--replicas N is k=1, m=N-1. --compress none|s2|zstd[:LEVEL] sets the compression attribute (docs/compression.md), " +
 			"which alone may also change on a file with data (its new extents follow it).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseBytes(unit)
-			if err != nil {
+			if err := checkPath(args[0]); err != nil {
 				return err
 			}
-			if replicas > 0 {
-				if cmd.Flags().Changed("k") || cmd.Flags().Changed("m") {
-					return fmt.Errorf("--replicas excludes --k and --m")
-				}
-				k, m = 1, replicas-1
+			if err := lf.check(cmd); err != nil {
+				return err
 			}
 			return af.withClient(func(ctx context.Context, c *client.Client) error {
 				a, err := c.Stat(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				if !cmd.Flags().Changed("k") && replicas == 0 {
-					k = a.GetLayout().GetK()
-				}
-				if !cmd.Flags().Changed("m") && replicas == 0 {
-					m = a.GetLayout().GetM()
-				}
-				if !cmd.Flags().Changed("unit") {
-					u = uint64(a.GetLayout().GetUnit())
-				}
-				cl, err := comp.layout(cmd, a.GetLayout().GetCompression())
+				l, err := lf.layout(cmd, a.GetLayout())
 				if err != nil {
 					return err
 				}
-				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: k, M: m, Unit: uint32(u), Compression: cl}})
+				if l.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
+					return err
+				}
+				if err := widthErr(ctx, c.MDS(), l); err != nil {
+					// Allowed (OSTs may be added later), but said.
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v: writes will fail or be degraded until there are enough\n", err)
+				}
+				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: l})
 				if err != nil {
 					return err
 				}
@@ -320,10 +312,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().Uint32Var(&k, "k", 4, "data cells per row")
-	cmd.Flags().Uint32Var(&m, "m", 2, "parity cells per row")
-	cmd.Flags().StringVar(&unit, "unit", "1MiB", "cell size (a multiple of 4 KiB, at most 16 MiB)")
-	cmd.Flags().Uint32Var(&replicas, "replicas", 0, "N-way replication (k=1, m=N-1) instead of --k/--m")
+	lf.register(cmd, "")
 	comp.register(cmd)
 	return cmd
 }
@@ -334,6 +323,9 @@ func adminGetstripeCmd(af *adminFlags) *cobra.Command {
 		Short: "Show the layout of a file or directory",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkPath(args[0]); err != nil {
+				return err
+			}
 			return af.withClient(func(ctx context.Context, c *client.Client) error {
 				a, err := c.Stat(ctx, args[0])
 				if err != nil {
@@ -585,6 +577,10 @@ func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
 			return startAndFollow(cmd, af, &mdspb.StartJobRequest{Kind: kind})
 		},
 	}
+	// --detach, as the job command's help promises: `status --detach`
+	// shows the job once.
+	status.Flags().BoolVar(&af.detach, "detach", false, "show the job once, without following it")
+	resume.Flags().BoolVar(&af.detach, "detach", false, "return once resumed; `shoal admin "+kind+" status` follows it")
 	return []*cobra.Command{status, stop, resume}
 }
 

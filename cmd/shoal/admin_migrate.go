@@ -10,12 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 func adminMigrateCmd(af *adminFlags) *cobra.Command {
-	var k, m, replicas uint32
-	var unit string
+	var lf layoutFlags
 	var comp compressFlags
 	cmd := &cobra.Command{
 		Use:   "migrate FILE",
@@ -24,39 +22,32 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 			"(each defaulting to the file's current value) or --replicas N (k=1, m=N-1). The data is copied into a hidden " +
 			"file of the same directory and swapped in by one MDS transaction, only if FILE did not change meanwhile " +
 			"(else the copy starts over, up to three times). Readers keep reading throughout; FILE keeps its inode, " +
-			"names, owner, mode, times and xattrs. See docs/admin.md.",
+			"names, owner, mode, times and xattrs. The layout is checked before anything is copied. See docs/admin.md.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseBytes(unit)
-			if err != nil {
+			if err := checkPath(args[0]); err != nil {
 				return err
 			}
-			if replicas > 0 {
-				if cmd.Flags().Changed("k") || cmd.Flags().Changed("m") {
-					return fmt.Errorf("--replicas excludes --k and --m")
-				}
-				k, m = 1, replicas-1
+			if err := lf.check(cmd); err != nil {
+				return err
 			}
 			return af.withClient(func(ctx context.Context, c *client.Client) error {
 				a, err := c.Stat(ctx, args[0])
 				if err != nil {
 					return err
 				}
-				to := &mdspb.Layout{K: k, M: m, Unit: uint32(u)}
-				if !cmd.Flags().Changed("k") && replicas == 0 {
-					to.K = a.GetLayout().GetK()
-				}
-				if !cmd.Flags().Changed("m") && replicas == 0 {
-					to.M = a.GetLayout().GetM()
-				}
-				if !cmd.Flags().Changed("unit") {
-					to.Unit = a.GetLayout().GetUnit()
+				to, err := lf.layout(cmd, a.GetLayout())
+				if err != nil {
+					return err
 				}
 				if to.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
 					return err
 				}
+				if err := widthErr(ctx, c.MDS(), to); err != nil {
+					return err
+				}
 				var bar *progressbar.ProgressBar
-				if !af.json {
+				if !af.json && isTerminal(os.Stderr) {
 					bar = progressbar.NewOptions64(int64(a.GetSize()),
 						progressbar.OptionSetWriter(os.Stderr),
 						progressbar.OptionSetDescription("migrate"),
@@ -96,10 +87,7 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().Uint32Var(&k, "k", 4, "data cells per row (default: the file's)")
-	cmd.Flags().Uint32Var(&m, "m", 2, "parity cells per row (default: the file's)")
-	cmd.Flags().StringVar(&unit, "unit", "1MiB", "cell size, a multiple of 4 KiB (default: the file's)")
-	cmd.Flags().Uint32Var(&replicas, "replicas", 0, "N-way replication (k=1, m=N-1) instead of --k/--m")
+	lf.register(cmd, " (default: the file's)")
 	comp.register(cmd) // --compress: rewrite the file compressed (docs/compression.md)
 	return cmd
 }
