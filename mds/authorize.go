@@ -37,8 +37,9 @@ var (
 	// reportCalls are made by OSTs (scrub), clients (reads) and
 	// administrators (fsck).
 	reportCalls = []string{"ReportCorrupt"}
-	// adminCalls change the cluster: administrators only.
-	adminCalls = []string{"SetOstState", "StartJob", "StopJob", "PlanRebalance", "Fsck", "RunGC", "MigrateCommit"}
+	// adminCalls change the cluster, or read all of it (Health scans
+	// every extent): administrators only.
+	adminCalls = []string{"SetOstState", "StartJob", "StopJob", "PlanRebalance", "Fsck", "RunGC", "MigrateCommit", "Health"}
 	// peerCalls of the Raft transport: MDS members only.
 	peerCalls = []string{"Send", "Snapshot"}
 	// peerStatusCalls: members and administrators.

@@ -73,7 +73,7 @@ func TestAuthorizeRoles(t *testing.T) {
 		"ReportCorrupt": o | c | a,
 		// Administration.
 		"SetOstState": a, "StartJob": a, "StopJob": a, "PlanRebalance": a, "Fsck": a,
-		"RunGC": a, "MigrateCommit": a,
+		"RunGC": a, "MigrateCommit": a, "Health": a,
 		// Peer service.
 		"Peer.Send": m, "Peer.Snapshot": m, "Peer.Status": m | a,
 		"Peer.ChangeMember": a, "Peer.TransferLeader": a,

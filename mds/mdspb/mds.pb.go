@@ -4069,6 +4069,7 @@ func (x *StartJobRequest) GetOsts() []uint32 {
 type JobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Files         bool                   `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"` // GetJob: name the files of the job's damaged_extents (a scan of the extent maps)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4110,6 +4111,13 @@ func (x *JobRequest) GetKind() string {
 	return ""
 }
 
+func (x *JobRequest) GetFiles() bool {
+	if x != nil {
+		return x.Files
+	}
+	return false
+}
+
 // AdminJob is the persisted state of one job kind (one job per kind at a
 // time): what it is doing and how far it got.
 type AdminJob struct {
@@ -4132,8 +4140,20 @@ type AdminJob struct {
 	ScrubbedBytes  uint64                 `protobuf:"varint,16,opt,name=scrubbed_bytes,json=scrubbedBytes,proto3" json:"scrubbed_bytes,omitempty"`
 	CorruptFound   uint64                 `protobuf:"varint,17,opt,name=corrupt_found,json=corruptFound,proto3" json:"corrupt_found,omitempty"`    // scrub: bad chunks reported
 	OstsScrubbing  uint32                 `protobuf:"varint,18,opt,name=osts_scrubbing,json=ostsScrubbing,proto3" json:"osts_scrubbing,omitempty"` // scrub: OSTs whose pass is still running
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// waiting: why a running job makes no progress and waits for the
+	// cluster to change (an OST to return or be added): its chunks have
+	// nowhere to go. Empty when it is not waiting. waiting_since_ns: when
+	// it began to wait.
+	Waiting        string `protobuf:"bytes,19,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	WaitingSinceNs int64  `protobuf:"varint,20,opt,name=waiting_since_ns,json=waitingSinceNs,proto3" json:"waiting_since_ns,omitempty"`
+	// damaged_extents: extents the job found lost (repair, drain: more
+	// than m chunks unreadable) or with a bad chunk (scrub), the first 100.
+	DamagedExtents []uint64 `protobuf:"varint,21,rep,packed,name=damaged_extents,json=damagedExtents,proto3" json:"damaged_extents,omitempty"`
+	// files: the files holding damaged_extents, named by GetJob when it is
+	// asked (not stored).
+	Files         []*DamagedFile `protobuf:"bytes,22,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdminJob) Reset() {
@@ -4290,6 +4310,34 @@ func (x *AdminJob) GetOstsScrubbing() uint32 {
 		return x.OstsScrubbing
 	}
 	return 0
+}
+
+func (x *AdminJob) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+func (x *AdminJob) GetWaitingSinceNs() int64 {
+	if x != nil {
+		return x.WaitingSinceNs
+	}
+	return 0
+}
+
+func (x *AdminJob) GetDamagedExtents() []uint64 {
+	if x != nil {
+		return x.DamagedExtents
+	}
+	return nil
+}
+
+func (x *AdminJob) GetFiles() []*DamagedFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
 }
 
 // ChunkMove is one planned move of chunk index of extent from one OST to another.
@@ -5189,6 +5237,198 @@ func (x *MigrateCommitRequest) GetExpectCtimeNs() int64 {
 	return 0
 }
 
+// DamagedFile names a file that holds damaged extents, for operators
+// (`shoal admin status`, `shoal admin scrub`).
+type DamagedFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`        // one of its names from the root; "" when it has none left (unlinked, still open)
+	Extents       uint64                 `protobuf:"varint,3,opt,name=extents,proto3" json:"extents,omitempty"` // its damaged extents
+	Damage        string                 `protobuf:"bytes,4,opt,name=damage,proto3" json:"damage,omitempty"`    // "unreadable" (more than m chunks on down or removed OSTs), "degraded" (a chunk there), "bad" (a chunk reported corrupt), "lost" (a job could not rebuild it)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DamagedFile) Reset() {
+	*x = DamagedFile{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DamagedFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DamagedFile) ProtoMessage() {}
+
+func (x *DamagedFile) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DamagedFile.ProtoReflect.Descriptor instead.
+func (*DamagedFile) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *DamagedFile) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *DamagedFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DamagedFile) GetExtents() uint64 {
+	if x != nil {
+		return x.Extents
+	}
+	return 0
+}
+
+func (x *DamagedFile) GetDamage() string {
+	if x != nil {
+		return x.Damage
+	}
+	return ""
+}
+
+type HealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxFiles      uint32                 `protobuf:"varint,1,opt,name=max_files,json=maxFiles,proto3" json:"max_files,omitempty"` // name at most this many files (0: none)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthRequest) Reset() {
+	*x = HealthRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthRequest) ProtoMessage() {}
+
+func (x *HealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
+func (*HealthRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *HealthRequest) GetMaxFiles() uint32 {
+	if x != nil {
+		return x.MaxFiles
+	}
+	return 0
+}
+
+// HealthReply is the state of the committed extents now, from the OSTs'
+// current states (not from a job's last pass).
+type HealthReply struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Extents           uint64                 `protobuf:"varint,1,opt,name=extents,proto3" json:"extents,omitempty"`                                              // committed extents
+	DegradedExtents   uint64                 `protobuf:"varint,2,opt,name=degraded_extents,json=degradedExtents,proto3" json:"degraded_extents,omitempty"`       // with a chunk on a down or removed OST, or reported bad
+	UnreadableExtents uint64                 `protobuf:"varint,3,opt,name=unreadable_extents,json=unreadableExtents,proto3" json:"unreadable_extents,omitempty"` // with more than m chunks on down or removed OSTs
+	BadChunksQueued   uint64                 `protobuf:"varint,4,opt,name=bad_chunks_queued,json=badChunksQueued,proto3" json:"bad_chunks_queued,omitempty"`     // reported bad, waiting for their rebuild
+	Files             []*DamagedFile         `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`                                                   // files of unreadable extents first, then degraded ones
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *HealthReply) Reset() {
+	*x = HealthReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthReply) ProtoMessage() {}
+
+func (x *HealthReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthReply.ProtoReflect.Descriptor instead.
+func (*HealthReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *HealthReply) GetExtents() uint64 {
+	if x != nil {
+		return x.Extents
+	}
+	return 0
+}
+
+func (x *HealthReply) GetDegradedExtents() uint64 {
+	if x != nil {
+		return x.DegradedExtents
+	}
+	return 0
+}
+
+func (x *HealthReply) GetUnreadableExtents() uint64 {
+	if x != nil {
+		return x.UnreadableExtents
+	}
+	return 0
+}
+
+func (x *HealthReply) GetBadChunksQueued() uint64 {
+	if x != nil {
+		return x.BadChunksQueued
+	}
+	return 0
+}
+
+func (x *HealthReply) GetFiles() []*DamagedFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -5457,10 +5697,11 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\rmax_bandwidth\x18\x03 \x01(\x04R\fmaxBandwidth\x12\x1d\n" +
 	"\n" +
 	"scrub_rate\x18\x04 \x01(\x04R\tscrubRate\x12\x12\n" +
-	"\x04osts\x18\x05 \x03(\rR\x04osts\" \n" +
+	"\x04osts\x18\x05 \x03(\rR\x04osts\"6\n" +
 	"\n" +
 	"JobRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\"\xe8\x04\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\bR\x05files\"\x86\x06\n" +
 	"\bAdminJob\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x125\n" +
@@ -5485,7 +5726,11 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0fscrubbed_chunks\x18\x0f \x01(\x04R\x0escrubbedChunks\x12%\n" +
 	"\x0escrubbed_bytes\x18\x10 \x01(\x04R\rscrubbedBytes\x12#\n" +
 	"\rcorrupt_found\x18\x11 \x01(\x04R\fcorruptFound\x12%\n" +
-	"\x0eosts_scrubbing\x18\x12 \x01(\rR\rostsScrubbing\"s\n" +
+	"\x0eosts_scrubbing\x18\x12 \x01(\rR\rostsScrubbing\x12\x18\n" +
+	"\awaiting\x18\x13 \x01(\tR\awaiting\x12(\n" +
+	"\x10waiting_since_ns\x18\x14 \x01(\x03R\x0ewaitingSinceNs\x12'\n" +
+	"\x0fdamaged_extents\x18\x15 \x03(\x04R\x0edamagedExtents\x12/\n" +
+	"\x05files\x18\x16 \x03(\v2\x19.shoal.mds.v1.DamagedFileR\x05files\"s\n" +
 	"\tChunkMove\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
@@ -5560,7 +5805,20 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\vexpect_size\x18\x05 \x01(\x04R\n" +
 	"expectSize\x12&\n" +
 	"\x0fexpect_mtime_ns\x18\x06 \x01(\x03R\rexpectMtimeNs\x12&\n" +
-	"\x0fexpect_ctime_ns\x18\a \x01(\x03R\rexpectCtimeNs*5\n" +
+	"\x0fexpect_ctime_ns\x18\a \x01(\x03R\rexpectCtimeNs\"e\n" +
+	"\vDamagedFile\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
+	"\aextents\x18\x03 \x01(\x04R\aextents\x12\x16\n" +
+	"\x06damage\x18\x04 \x01(\tR\x06damage\",\n" +
+	"\rHealthRequest\x12\x1b\n" +
+	"\tmax_files\x18\x01 \x01(\rR\bmaxFiles\"\xde\x01\n" +
+	"\vHealthReply\x12\x18\n" +
+	"\aextents\x18\x01 \x01(\x04R\aextents\x12)\n" +
+	"\x10degraded_extents\x18\x02 \x01(\x04R\x0fdegradedExtents\x12-\n" +
+	"\x12unreadable_extents\x18\x03 \x01(\x04R\x11unreadableExtents\x12*\n" +
+	"\x11bad_chunks_queued\x18\x04 \x01(\x04R\x0fbadChunksQueued\x12/\n" +
+	"\x05files\x18\x05 \x03(\v2\x19.shoal.mds.v1.DamagedFileR\x05files*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\f\n" +
@@ -5595,7 +5853,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\x84\x17\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xc6\x17\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -5640,7 +5898,8 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04Fsck\x12\x19.shoal.mds.v1.FsckRequest\x1a\x17.shoal.mds.v1.FsckReply\x127\n" +
 	"\x05RunGC\x12\x17.shoal.mds.v1.GCRequest\x1a\x15.shoal.mds.v1.GCReply\x12H\n" +
 	"\rReportCorrupt\x12\".shoal.mds.v1.ReportCorruptRequest\x1a\x13.shoal.mds.v1.Empty\x12L\n" +
-	"\rMigrateCommit\x12\".shoal.mds.v1.MigrateCommitRequest\x1a\x17.shoal.mds.v1.AttrReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
+	"\rMigrateCommit\x12\".shoal.mds.v1.MigrateCommitRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
+	"\x06Health\x12\x1b.shoal.mds.v1.HealthRequest\x1a\x19.shoal.mds.v1.HealthReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
 var (
 	file_mds_mdspb_mds_proto_rawDescOnce sync.Once
@@ -5655,7 +5914,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -5735,6 +5994,9 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*GCRequest)(nil),            // 75: shoal.mds.v1.GCRequest
 	(*GCReply)(nil),              // 76: shoal.mds.v1.GCReply
 	(*MigrateCommitRequest)(nil), // 77: shoal.mds.v1.MigrateCommitRequest
+	(*DamagedFile)(nil),          // 78: shoal.mds.v1.DamagedFile
+	(*HealthRequest)(nil),        // 79: shoal.mds.v1.HealthRequest
+	(*HealthReply)(nil),          // 80: shoal.mds.v1.HealthReply
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -5764,101 +6026,105 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	8,  // 24: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
 	6,  // 25: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
 	63, // 26: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	67, // 27: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	66, // 28: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	70, // 29: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	73, // 30: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
-	16, // 31: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 32: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 33: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	19, // 34: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	19, // 35: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	20, // 36: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	17, // 37: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	22, // 38: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	23, // 39: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 40: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	25, // 41: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	26, // 42: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	28, // 43: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	30, // 44: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	32, // 45: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	34, // 46: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	35, // 47: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	36, // 48: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	38, // 49: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	39, // 50: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	41, // 51: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	42, // 52: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	44, // 53: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	46, // 54: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	47, // 55: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	49, // 56: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	49, // 57: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	51, // 58: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	53, // 59: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	55, // 60: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	55, // 61: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 62: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	59, // 63: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	61, // 64: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	62, // 65: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	63, // 66: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	64, // 67: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	64, // 68: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	63, // 69: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	72, // 70: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	75, // 71: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	71, // 72: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	77, // 73: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	15, // 74: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 75: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 76: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 77: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 78: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 79: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 80: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 81: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 82: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	14, // 83: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	14, // 84: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	27, // 85: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	29, // 86: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	31, // 87: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	33, // 88: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 89: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 90: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	37, // 91: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 92: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	40, // 93: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 94: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	43, // 95: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	45, // 96: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 97: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	48, // 98: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	50, // 99: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 100: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	52, // 101: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 102: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	56, // 103: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	57, // 104: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 105: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	60, // 106: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 107: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 108: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	65, // 109: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 110: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 111: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	68, // 112: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	74, // 113: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	76, // 114: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 115: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 116: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	74, // [74:117] is the sub-list for method output_type
-	31, // [31:74] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	78, // 27: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
+	67, // 28: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	66, // 29: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	70, // 30: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	73, // 31: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	78, // 32: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
+	16, // 33: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 34: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 35: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	19, // 36: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	19, // 37: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	20, // 38: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	17, // 39: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	22, // 40: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	23, // 41: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 42: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	25, // 43: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	26, // 44: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	28, // 45: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	30, // 46: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	32, // 47: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	34, // 48: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	35, // 49: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	36, // 50: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	38, // 51: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	39, // 52: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	41, // 53: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	42, // 54: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	44, // 55: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	46, // 56: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	47, // 57: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	49, // 58: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	49, // 59: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	51, // 60: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	53, // 61: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	55, // 62: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	55, // 63: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 64: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	59, // 65: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	61, // 66: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	62, // 67: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	63, // 68: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	64, // 69: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	64, // 70: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	63, // 71: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	72, // 72: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	75, // 73: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	71, // 74: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	77, // 75: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	79, // 76: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	15, // 77: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 78: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 79: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 80: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 81: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 82: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 83: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 84: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 85: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	14, // 86: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	14, // 87: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	27, // 88: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	29, // 89: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	31, // 90: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	33, // 91: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 92: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 93: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	37, // 94: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 95: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	40, // 96: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 97: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	43, // 98: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	45, // 99: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 100: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	48, // 101: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	50, // 102: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 103: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	52, // 104: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 105: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	56, // 106: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	57, // 107: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 108: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	60, // 109: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 110: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 111: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	65, // 112: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 113: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 114: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	68, // 115: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	74, // 116: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	76, // 117: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 118: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 119: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	80, // 120: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	77, // [77:121] is the sub-list for method output_type
+	33, // [33:77] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -5872,7 +6138,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   72,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

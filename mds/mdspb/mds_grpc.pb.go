@@ -65,6 +65,7 @@ const (
 	Mds_RunGC_FullMethodName         = "/shoal.mds.v1.Mds/RunGC"
 	Mds_ReportCorrupt_FullMethodName = "/shoal.mds.v1.Mds/ReportCorrupt"
 	Mds_MigrateCommit_FullMethodName = "/shoal.mds.v1.Mds/MigrateCommit"
+	Mds_Health_FullMethodName        = "/shoal.mds.v1.Mds/Health"
 )
 
 // MdsClient is the client API for Mds service.
@@ -121,6 +122,8 @@ type MdsClient interface {
 	ReportCorrupt(ctx context.Context, in *ReportCorruptRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Migration (`shoal admin migrate`): swap in a copy in a new layout.
 	MigrateCommit(ctx context.Context, in *MigrateCommitRequest, opts ...grpc.CallOption) (*AttrReply, error)
+	// Health: the state of the data now (`shoal admin status`).
+	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error)
 }
 
 type mdsClient struct {
@@ -561,6 +564,16 @@ func (c *mdsClient) MigrateCommit(ctx context.Context, in *MigrateCommitRequest,
 	return out, nil
 }
 
+func (c *mdsClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HealthReply)
+	err := c.cc.Invoke(ctx, Mds_Health_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MdsServer is the server API for Mds service.
 // All implementations must embed UnimplementedMdsServer
 // for forward compatibility.
@@ -615,6 +628,8 @@ type MdsServer interface {
 	ReportCorrupt(context.Context, *ReportCorruptRequest) (*Empty, error)
 	// Migration (`shoal admin migrate`): swap in a copy in a new layout.
 	MigrateCommit(context.Context, *MigrateCommitRequest) (*AttrReply, error)
+	// Health: the state of the data now (`shoal admin status`).
+	Health(context.Context, *HealthRequest) (*HealthReply, error)
 	mustEmbedUnimplementedMdsServer()
 }
 
@@ -753,6 +768,9 @@ func (UnimplementedMdsServer) ReportCorrupt(context.Context, *ReportCorruptReque
 }
 func (UnimplementedMdsServer) MigrateCommit(context.Context, *MigrateCommitRequest) (*AttrReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method MigrateCommit not implemented")
+}
+func (UnimplementedMdsServer) Health(context.Context, *HealthRequest) (*HealthReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
 }
 func (UnimplementedMdsServer) mustEmbedUnimplementedMdsServer() {}
 func (UnimplementedMdsServer) testEmbeddedByValue()             {}
@@ -1549,6 +1567,24 @@ func _Mds_MigrateCommit_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_Health_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).Health(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_Health_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).Health(ctx, req.(*HealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mds_ServiceDesc is the grpc.ServiceDesc for Mds service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1727,6 +1763,10 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MigrateCommit",
 			Handler:    _Mds_MigrateCommit_Handler,
+		},
+		{
+			MethodName: "Health",
+			Handler:    _Mds_Health_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
