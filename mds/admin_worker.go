@@ -237,6 +237,7 @@ func (s *Server) adminRound(ctx context.Context) error {
 	note("retire", s.retireRound(ctx))
 	note("repair bad chunks", s.repairBad(ctx))
 	note("auto repair", s.autoRepair())
+	note("widen narrow extents", s.widenRound(ctx)) // narrow.go
 	note("count degraded extents", s.countDegraded(false))
 	for _, kind := range []string{JobRepair, JobDrain, JobRebalance} {
 		if ctx.Err() != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
@@ -179,9 +178,12 @@ func (t *txn) regularFile(ino uint64) (*mdspb.Inode, error) {
 }
 
 // AllocExtents hands out count new extents for file ino, each with the
-// file's layout and a placement on k+m distinct live OSTs not in
-// exclude_osts. Each is recorded as pending until committed; one never
-// committed is collected after GCGrace.
+// file's layout and a placement on distinct live OSTs not in
+// exclude_osts that have room for its chunks: k+m of them, or as few as
+// Placement.minChunks when no more can take a chunk (the other parity
+// slots are 0, unplaced: a narrow extent, widened later by the MDS).
+// Each is recorded as pending until committed; one never committed is
+// collected after GCGrace. A refusal says why, here and in the log.
 func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsRequest) (_ *mdspb.AllocExtentsReply, err error) {
 	done, err := s.start("allocextents")
 	if err != nil {
@@ -197,7 +199,10 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 		return nil, err
 	}
 	out := &mdspb.AllocExtentsReply{}
+	var placedBytes map[uint32]uint64
+	narrow := 0
 	err = s.update(func(t *txn) error {
+		out.Extents, placedBytes, narrow = nil, map[uint32]uint64{}, 0 // the function may run again
 		n, err := t.regularFile(req.GetIno())
 		if err != nil {
 			return err
@@ -209,13 +214,27 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 		if layout == nil {
 			layout = s.o.DefaultLayout
 		}
-		cands := s.candidates(req.GetExcludeOsts())
+		cands, excluded := s.candidates(req.GetExcludeOsts())
+		pr := placeRequest{layout: layout, chunk: chunkBytes(layout, req.GetLength()),
+			minChunks: s.o.Placement.minChunks(layout), fullRatio: s.o.Placement.FullRatio, excluded: excluded}
+		out.MinChunks = uint32(pr.minChunks)
 		for range count {
-			osts, err := place(cands, layout, s.mu.rot)
+			pr.rot = s.mu.rot
+			osts, err := place(cands, pr)
 			if err != nil {
 				return err
 			}
 			s.mu.rot++
+			// The next extent of this call sees the space this one takes.
+			for i := range cands {
+				if contains(osts, cands[i].id) {
+					cands[i].free -= min(cands[i].free, pr.chunk)
+					placedBytes[cands[i].id] += pr.chunk
+				}
+			}
+			if placed(osts) < len(osts) {
+				narrow++
+			}
 			id, err := t.nextID(counterNextExtent)
 			if err != nil {
 				return err
@@ -233,9 +252,16 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 		return nil
 	})
 	if err != nil {
+		if errors.Is(err, errs.ErrUnavailable) || errors.Is(err, errs.ErrNoSpace) {
+			s.logRefusal(ctx, req.GetIno(), err)
+		}
 		return nil, err
 	}
+	s.notePlaced(placedBytes)
 	s.m.extentsAllocated.Add(float64(len(out.Extents)))
+	if narrow > 0 {
+		s.logNarrow(ctx, req.GetIno(), out.Extents[len(out.Extents)-1])
+	}
 	ids := make([]uint64, len(out.Extents))
 	for i, e := range out.Extents {
 		ids[i] = e.GetId()
@@ -246,11 +272,23 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 	return out, nil
 }
 
-// sameExtent reports whether a and b agree on layout, placement and (if
-// withLength) length.
-func sameExtent(a, b *mdspb.Extent, withLength bool) bool {
-	return proto.Equal(a.GetLayout(), b.GetLayout()) && slices.Equal(a.GetOsts(), b.GetOsts()) &&
-		(!withLength || a.GetLength() == b.GetLength() && a.GetLogicalLength() == b.GetLogicalLength())
+// narrowedFrom reports whether placement got is placement alloc with
+// some slots set to 0 (chunks the client could not write), and returns
+// those slots.
+func narrowedFrom(alloc, got []uint32) (dropped []int, ok bool) {
+	if len(alloc) != len(got) {
+		return nil, false
+	}
+	for j := range alloc {
+		switch got[j] {
+		case alloc[j]:
+		case 0:
+			dropped = append(dropped, j)
+		default:
+			return nil, false
+		}
+	}
+	return dropped, true
 }
 
 // validRef checks the shape of one committed extent-map entry.
@@ -406,11 +444,30 @@ func (t *txn) claimExtent(e *mdspb.Extent) (*mdspb.Extent, error) {
 		if err := proto.Unmarshal(body, pend); err != nil {
 			return nil, fmt.Errorf("mds: decode pending extent %d: %v: %w", e.Id, err, errs.ErrCorrupt)
 		}
-		if !sameExtent(pend, e, false) {
+		dropped, ok := narrowedFrom(pend.GetOsts(), e.GetOsts())
+		if !ok || !proto.Equal(pend.GetLayout(), e.GetLayout()) {
 			return nil, fmt.Errorf("extent %d: layout or placement differs from its allocation: %w", e.Id, errs.ErrInvalid)
+		}
+		if have, need := placed(e.GetOsts()), t.s.o.Placement.minChunks(e.GetLayout()); have < need {
+			return nil, fmt.Errorf("extent %d: %d chunks written, need %d for RS %d+%d: %w",
+				e.Id, have, need, e.GetLayout().GetK(), e.GetLayout().GetM(), errs.ErrInvalid)
 		}
 		if err := t.b.Delete(pendingKey(e.Id), nil); err != nil {
 			return nil, err
+		}
+		// A chunk the client gave up on may yet have landed, whole (the
+		// OST writes chunks atomically): delete it after the grace,
+		// unless the extent is widened onto that OST again by then.
+		for _, j := range dropped {
+			k := retireKey(t.now+int64(t.s.o.Admin.RetireGrace), e.Id, uint32(j))
+			if err := t.b.Set(k, u32(nil, pend.Osts[j]), nil); err != nil {
+				return nil, err
+			}
+		}
+		if placed(e.GetOsts()) < len(e.GetOsts()) {
+			if err := t.markNarrow(e.Id); err != nil {
+				return nil, err
+			}
 		}
 		return proto.Clone(e).(*mdspb.Extent), nil
 	case !errors.Is(err, errs.ErrNotFound):
@@ -423,7 +480,9 @@ func (t *txn) claimExtent(e *mdspb.Extent) (*mdspb.Extent, error) {
 	if !ok {
 		return nil, fmt.Errorf("extent %d was not allocated or its allocation expired: %w", e.Id, errs.ErrStale)
 	}
-	if !sameExtent(stored, e, true) {
+	// The placement may have changed since the client read it (moves,
+	// widening): the stored one is kept, so only the rest must agree.
+	if !proto.Equal(stored.GetLayout(), e.GetLayout()) || stored.GetLength() != e.GetLength() || stored.GetLogicalLength() != e.GetLogicalLength() {
 		return nil, fmt.Errorf("extent %d: differs from the committed extent: %w", e.Id, errs.ErrInvalid)
 	}
 	return stored, nil

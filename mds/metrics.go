@@ -20,6 +20,11 @@ type metrics struct {
 	extentsCommitted prometheus.Counter
 	gcChunksDeleted  prometheus.Counter
 	gcExtentsDone    prometheus.Counter
+	// Placement (placement.go, narrow.go).
+	allocRefused  *prometheus.CounterVec // by reason: unavailable, no_space
+	narrowPlaced  prometheus.Counter
+	narrowExtents prometheus.Gauge
+	widenedChunks prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -48,6 +53,29 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "shoal_mds_gc_extents_collected_total", Help: "Extents removed from the GC queue after all their chunks were deleted.",
 		}),
 	}
+	m.allocRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shoal_mds_alloc_refused_total", Help: "AllocExtents calls refused: too few OSTs up (unavailable) or with room (no_space).",
+	}, []string{"reason"})
+	m.narrowPlaced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shoal_mds_extents_narrow_placed_total", Help: "Extents placed on fewer than k+m OSTs, because no more could take a chunk.",
+	})
+	m.narrowExtents = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shoal_mds_extents_narrow", Help: "Committed extents with unplaced chunks, waiting to be widened (as of the last worker round).",
+	})
+	m.widenedChunks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shoal_mds_narrow_chunks_widened_total", Help: "Missing chunks of narrow extents rebuilt and placed.",
+	})
+	full := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shoal_mds_osts_full", Help: "OSTs up that placement skips for want of space (at the full ratio).",
+	}, func() float64 {
+		n := 0
+		for _, o := range s.listOsts() {
+			if o.Up && o.Full {
+				n++
+			}
+		}
+		return float64(n)
+	})
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shoal_mds_osts_up", Help: "OSTs that heartbeated within the timeout.",
 	}, func() float64 {
@@ -77,7 +105,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		return float64(s.sess.t.locks.len())
 	})
 	m.collectors = []prometheus.Collector{m.ops, m.opErrors, m.opSeconds, m.extentsAllocated,
-		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total, sessions, locks}
+		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total, sessions, locks,
+		m.allocRefused, m.narrowPlaced, m.narrowExtents, m.widenedChunks, full}
 	m.collectors = append(m.collectors, newAdminMetrics(s)...) // admin_metrics.go
 	if reg == nil {
 		return m, nil

@@ -963,7 +963,8 @@ func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mds
 	return out, nil
 }
 
-// StatFs sums the capacity and free space of the live OSTs.
+// StatFs sums the capacity of the live OSTs and the free space of those
+// that can take chunks (not full).
 func (s *Server) StatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ *mdspb.StatFsReply, err error) {
 	done, err := s.start("statfs")
 	if err != nil {
@@ -991,7 +992,9 @@ func (s *Server) StatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ *mdspb
 			seen[o.FsId] = true
 		}
 		rawTotal += o.Capacity
-		rawFree += o.Free
+		if !o.Full { // placement puts nothing more there
+			rawFree += o.Free
+		}
 	}
 	// File bytes under the root's layout: k of every k+m raw bytes.
 	k, n := uint64(1), uint64(1)

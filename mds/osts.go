@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -19,12 +20,19 @@ import (
 type ostTable struct {
 	mu sync.Mutex // guards m and every *ostState in it
 	m  map[uint32]*ostState
+
+	// refusedNs and narrowNs are when AllocExtents last logged a refusal
+	// or a narrow placement (narrow.go): one line per refusalLogEvery.
+	refusedNs, narrowNs atomic.Int64
 }
 
 type ostState struct {
 	info   *mdspb.OstInfo // id, uuid, addr persisted; the rest volatile
 	lastHB time.Time      // zero until the first heartbeat or registration
 	admin  uint32         // administrative state ("s" key; admin_osts.go)
+	// placed is the chunk bytes placed on the OST since its last report
+	// of free space, which placement takes off that report.
+	placed uint64
 }
 
 // loadOsts fills the table from the "o" keys at Open; every OST starts down.
@@ -62,21 +70,45 @@ func (s *Server) listOsts() []*mdspb.OstInfo {
 		if !o.lastHB.IsZero() {
 			i.LastHeartbeatNs = o.lastHB.UnixNano()
 		}
+		i.Nearfull, i.Full = s.o.Placement.fullness(i.Capacity, i.Free, uint64(s.o.DefaultLayout.GetUnit()))
 		out = append(out, i)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
 	return out
 }
 
-// candidates returns the live OSTs not in exclude, for placement.
-func (s *Server) candidates(exclude []uint32) []candidate {
-	var out []candidate
+// candidates returns the live OSTs not in exclude, for placement, with
+// their free space less what was placed on them since they reported it,
+// and how many live OSTs exclude left out.
+func (s *Server) candidates(exclude []uint32) (out []candidate, excluded int) {
+	s.osts.mu.Lock()
+	placed := make(map[uint32]uint64, len(s.osts.m))
+	for id, o := range s.osts.m {
+		placed[id] = o.placed
+	}
+	s.osts.mu.Unlock()
 	for _, o := range s.listOsts() {
-		if o.State == StateUp && !contains(exclude, o.Id) { // up, neither draining nor removed
-			out = append(out, candidate{id: o.Id, capacity: o.Capacity, free: o.Free})
+		if o.State != StateUp { // up, neither draining nor removed
+			continue
+		}
+		if contains(exclude, o.Id) {
+			excluded++
+			continue
+		}
+		out = append(out, candidate{id: o.Id, capacity: o.Capacity, free: o.Free - min(o.Free, placed[o.Id])})
+	}
+	return out, excluded
+}
+
+// notePlaced records chunk bytes placed on OSTs, until their next report.
+func (s *Server) notePlaced(bytes map[uint32]uint64) {
+	s.osts.mu.Lock()
+	defer s.osts.mu.Unlock()
+	for id, n := range bytes {
+		if o, ok := s.osts.m[id]; ok {
+			o.placed += n
 		}
 	}
-	return out
 }
 
 func contains(s []uint32, v uint32) bool {
@@ -159,6 +191,7 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 	o.info.Addr, o.info.Capacity, o.info.Free = addr, req.GetCapacity(), req.GetFree()
 	o.info.FsId = req.GetFsId()
 	o.lastHB = s.o.Now()
+	o.placed = 0
 	s.osts.mu.Unlock()
 	s.log.InfoContext(ctx, "ost registered", "ost", id, "uuid", uuid, "addr", addr)
 	return &mdspb.RegisterOstReply{Id: id, CapSecret: secret}, nil
@@ -188,6 +221,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ 
 		o.info.Used, o.info.Chunks = req.GetUsed(), req.GetChunks()
 		o.info.FsId = req.GetFsId()
 		o.lastHB = s.o.Now()
+		o.placed = 0
 		if a := req.GetAddr(); a != "" && a != o.info.Addr {
 			o.info.Addr = a
 			moved = proto.Clone(o.info).(*mdspb.OstInfo)
@@ -213,5 +247,5 @@ func (s *Server) ListOsts(ctx context.Context, req *mdspb.ListOstsRequest) (_ *m
 		return nil, err
 	}
 	defer done(&err)
-	return &mdspb.ListOstsReply{Osts: s.listOsts()}, nil
+	return &mdspb.ListOstsReply{Osts: s.listOsts(), NarrowExtents: s.narrowCount()}, nil
 }

@@ -5,45 +5,150 @@ import (
 	"sort"
 
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
+
+// PlacementOptions configure where AllocExtents puts chunks and when it
+// refuses (Options.Placement; docs/reliability.md, "Writes while OSTs are
+// down or full").
+type PlacementOptions struct {
+	// MinParity is how many of an extent's m parity chunks must be placed
+	// (and written) for a write to go ahead: Ceph's min_size is k +
+	// MinParity. With fewer than k+m OSTs able to take a chunk, an extent
+	// is placed narrow, on the OSTs that can, and widened later by the
+	// MDS. Default 0: k OSTs suffice, and a narrow extent may have no
+	// redundancy until it is widened. A value above a layout's m means
+	// m for it: no narrow writes.
+	MinParity int
+	// NearFullRatio of used capacity at which an OST is reported nearfull
+	// (a warning in `shoal admin status`); default 0.90.
+	NearFullRatio float64
+	// FullRatio of used capacity beyond which placement puts no chunk on
+	// an OST, which is then reported full; default 0.95.
+	FullRatio float64
+}
+
+// Defaults of PlacementOptions.
+const (
+	DefaultNearFullRatio = 0.90
+	DefaultFullRatio     = 0.95
+)
+
+func (o *PlacementOptions) setDefaults() error {
+	if o.NearFullRatio == 0 {
+		o.NearFullRatio = DefaultNearFullRatio
+	}
+	if o.FullRatio == 0 {
+		o.FullRatio = DefaultFullRatio
+	}
+	switch {
+	case o.MinParity < 0:
+		return fmt.Errorf("mds: Placement.MinParity %d (0 or more): %w", o.MinParity, errs.ErrInvalid)
+	case o.FullRatio <= 0 || o.FullRatio > 1:
+		return fmt.Errorf("mds: Placement.FullRatio %v (0 < ratio <= 1): %w", o.FullRatio, errs.ErrInvalid)
+	case o.NearFullRatio <= 0 || o.NearFullRatio > o.FullRatio:
+		return fmt.Errorf("mds: Placement.NearFullRatio %v (0 < ratio <= FullRatio %v): %w", o.NearFullRatio, o.FullRatio, errs.ErrInvalid)
+	}
+	return nil
+}
+
+// minChunks is how many chunks of an extent of layout l must be placed
+// and durable for it to be written.
+func (o *PlacementOptions) minChunks(l *mdspb.Layout) int {
+	return int(l.GetK()) + min(o.MinParity, int(l.GetM()))
+}
 
 // candidate is one OST that could take a chunk, as placement sees it.
 type candidate struct {
 	id       uint32
-	capacity uint64
-	free     uint64
+	capacity uint64 // 0: unknown (never full)
+	free     uint64 // as last reported, less what was placed there since
 }
 
-// place picks the k+m distinct OSTs of one extent from cands (live OSTs
+// room reports whether c can take a chunk of n bytes and stay within
+// fullRatio of its capacity.
+func (c candidate) room(n uint64, fullRatio float64) bool {
+	if c.capacity == 0 {
+		return true
+	}
+	if c.free < n {
+		return false
+	}
+	used := c.capacity - min(c.free, c.capacity) + n
+	return float64(used) <= fullRatio*float64(c.capacity)
+}
+
+// fullness is what status reports about an OST's space.
+func (o *PlacementOptions) fullness(capacity, free, unit uint64) (nearfull, full bool) {
+	if capacity == 0 {
+		return false, false
+	}
+	used := float64(capacity - min(free, capacity))
+	c := candidate{capacity: capacity, free: free}
+	full = !c.room(unit, o.FullRatio)
+	return full || used >= o.NearFullRatio*float64(capacity), full
+}
+
+// placeRequest is what one placement needs besides the candidates.
+type placeRequest struct {
+	layout    *mdspb.Layout
+	chunk     uint64 // bytes of each chunk
+	rot       uint64 // rotation: advanced by one per extent
+	minChunks int    // fewer OSTs than this able to take a chunk: refuse
+	fullRatio float64
+	excluded  int // OSTs up but excluded by the client (for the message)
+}
+
+// chunkBytes is the length of each chunk of an extent of length bytes
+// under l; length 0 counts as one cell.
+func chunkBytes(l *mdspb.Layout, length uint64) uint64 {
+	lo := layout.Layout{K: int(l.GetK()), M: int(l.GetM()), Unit: int64(l.GetUnit())}
+	if length == 0 || lo.K == 0 {
+		return uint64(lo.Unit)
+	}
+	return uint64(lo.Geom(int64(min(length, 1<<62))).ChunkLen())
+}
+
+// place picks the OSTs of one extent's k+m chunks from cands (live OSTs
 // not excluded by the client). It is pure: the same inputs give the same
 // placement.
 //
-// Policy: OSTs that report a capacity but less than one unit free are full
-// and skipped. Of the rest, those with at least half the free space of the
-// emptiest one form the pool (topped up by free space when the pool is
-// smaller than k+m); the pool is ordered by id and the placement is the k+m
-// consecutive OSTs starting at rot mod len(pool). Advancing rot by one per
-// extent gives consecutive extents of a file different placements and
-// rotates which OST holds which chunk (parity included), so every OST gets
-// data, while OSTs far fuller than the rest are left alone.
-func place(cands []candidate, l *mdspb.Layout, rot uint64) ([]uint32, error) {
+// Policy: OSTs without room for a chunk (by their reported free space,
+// within the full ratio) are skipped. Of the rest, those with at least
+// half the free space of the emptiest one form the pool (topped up by
+// free space when the pool is smaller than k+m); the pool is ordered by id
+// and the placement is the k+m consecutive OSTs starting at rot mod
+// len(pool). Advancing rot by one per extent gives consecutive extents of
+// a file different placements and rotates which OST holds which chunk
+// (parity included), so every OST gets data, while OSTs far fuller than
+// the rest are left alone.
+//
+// When fewer than k+m OSTs can take a chunk but at least minChunks can,
+// the extent is placed narrow: its data chunks and as many parity chunks
+// as there are OSTs, the other parity slots 0 (unplaced). Fewer than
+// minChunks OSTs up is ErrUnavailable; enough up but too few with room is
+// ErrNoSpace. Either error says what was needed and found.
+func place(cands []candidate, r placeRequest) ([]uint32, error) {
+	l := r.layout
 	need := int(l.GetK() + l.GetM())
 	if need == 0 {
 		return nil, fmt.Errorf("placement for empty layout: %w", errs.ErrInvalid)
 	}
-	if len(cands) < need {
-		return nil, fmt.Errorf("need %d OSTs up, have %d: %w", need, len(cands), errs.ErrUnavailable)
+	minChunks := max(min(r.minChunks, need), int(l.GetK()))
+	if len(cands) < minChunks {
+		return nil, fmt.Errorf("need %d OSTs up for RS %d+%d, have %d%s: %w",
+			minChunks, l.GetK(), l.GetM(), len(cands), excludedNote(r.excluded), errs.ErrUnavailable)
 	}
 	var usable []candidate
 	for _, c := range cands {
-		if c.capacity > 0 && c.free < uint64(l.GetUnit()) {
-			continue
+		if c.room(r.chunk, r.fullRatio) {
+			usable = append(usable, c)
 		}
-		usable = append(usable, c)
 	}
-	if len(usable) < need {
-		return nil, fmt.Errorf("need %d OSTs with free space, have %d: %w", need, len(usable), errs.ErrNoSpace)
+	if len(usable) < minChunks {
+		return nil, fmt.Errorf("need %d OSTs with room for a chunk of %d bytes for RS %d+%d, have %d of %d up%s: %w",
+			minChunks, r.chunk, l.GetK(), l.GetM(), len(usable), len(cands), excludedNote(r.excluded), errs.ErrNoSpace)
 	}
 	// Emptiest first; ids break ties so the order is deterministic.
 	sort.Slice(usable, func(i, j int) bool {
@@ -52,16 +157,35 @@ func place(cands []candidate, l *mdspb.Layout, rot uint64) ([]uint32, error) {
 		}
 		return usable[i].id < usable[j].id
 	})
-	n := need
+	width := min(need, len(usable))
+	n := width
 	for n < len(usable) && usable[n].free >= usable[0].free/2 {
 		n++
 	}
 	pool := usable[:n]
 	sort.Slice(pool, func(i, j int) bool { return pool[i].id < pool[j].id })
-	out := make([]uint32, need)
-	start := int(rot % uint64(len(pool)))
-	for j := range out {
+	out := make([]uint32, need) // slots past width stay 0: unplaced parity
+	start := int(r.rot % uint64(len(pool)))
+	for j := range width {
 		out[j] = pool[(start+j)%len(pool)].id
 	}
 	return out, nil
+}
+
+func excludedNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and %d excluded by the client)", n)
+}
+
+// placed counts the placed slots of a placement.
+func placed(osts []uint32) int {
+	n := 0
+	for _, o := range osts {
+		if o != 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package mds
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ var rs42 = &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20}
 func cands(n int, free uint64) []candidate {
 	var out []candidate
 	for i := range n {
-		out = append(out, candidate{id: uint32(i + 1), capacity: 1 << 40, free: free})
+		out = append(out, candidate{id: uint32(i + 1), capacity: 2 * free, free: free})
 	}
 	return out
 }
@@ -27,42 +28,75 @@ func distinct(ids []uint32) bool {
 	return len(slices.Compact(s)) == len(ids)
 }
 
+// req42 is a placement request for RS 4+2 chunks of 1 MiB with the
+// default options.
+func req42(rot uint64) placeRequest {
+	return placeRequest{layout: rs42, chunk: 1 << 20, rot: rot, minChunks: 4, fullRatio: DefaultFullRatio}
+}
+
 func TestPlace(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cands []candidate
-		rot   uint64
+		req   placeRequest
 		want  []uint32
 		err   error
+		msg   string
 	}{
-		{"exactly k+m", cands(6, 1<<30), 0, []uint32{1, 2, 3, 4, 5, 6}, nil},
-		{"rotated", cands(6, 1<<30), 2, []uint32{3, 4, 5, 6, 1, 2}, nil},
-		{"8 osts rotated", cands(8, 1<<30), 5, []uint32{6, 7, 8, 1, 2, 3}, nil},
-		{"too few", cands(4, 1<<30), 0, nil, errs.ErrUnavailable},
-		{"all full", cands(6, 100), 0, nil, errs.ErrNoSpace},
+		{name: "exactly k+m", cands: cands(6, 1<<30), req: req42(0), want: []uint32{1, 2, 3, 4, 5, 6}},
+		{name: "rotated", cands: cands(6, 1<<30), req: req42(2), want: []uint32{3, 4, 5, 6, 1, 2}},
+		{name: "8 osts rotated", cands: cands(8, 1<<30), req: req42(5), want: []uint32{6, 7, 8, 1, 2, 3}},
+		// Fewer than k+m up: narrow, the last parity slots unplaced.
+		{name: "one down", cands: cands(5, 1<<30), req: req42(1), want: []uint32{2, 3, 4, 5, 1, 0}},
+		{name: "two down", cands: cands(4, 1<<30), req: req42(0), want: []uint32{1, 2, 3, 4, 0, 0}},
+		{name: "fewer than k", cands: cands(3, 1<<30), req: req42(0), err: errs.ErrUnavailable,
+			msg: "need 4 OSTs up for RS 4+2, have 3"},
+		{name: "min parity 1", cands: cands(4, 1<<30), err: errs.ErrUnavailable, msg: "need 5 OSTs up for RS 4+2, have 4",
+			req: placeRequest{layout: rs42, chunk: 1 << 20, minChunks: 5, fullRatio: DefaultFullRatio}},
+		{name: "excluded in the message", cands: cands(3, 1<<30), err: errs.ErrUnavailable, msg: "have 3 (and 2 excluded by the client)",
+			req: placeRequest{layout: rs42, chunk: 1 << 20, minChunks: 4, fullRatio: DefaultFullRatio, excluded: 2}},
+		{name: "all full", cands: cands(6, 100), req: req42(0), err: errs.ErrNoSpace,
+			msg: "need 4 OSTs with room for a chunk of 1048576 bytes for RS 4+2, have 0 of 6 up"},
 		{
 			// OST 8 is much fuller than the rest: left out of the pool.
-			"fuller ost avoided",
-			append(cands(7, 1<<30), candidate{id: 8, capacity: 1 << 40, free: 1 << 28}),
-			6, []uint32{7, 1, 2, 3, 4, 5}, nil,
+			name:  "fuller ost avoided",
+			cands: append(cands(7, 1<<30), candidate{id: 8, capacity: 1 << 30, free: 1 << 28}),
+			req:   req42(6), want: []uint32{7, 1, 2, 3, 4, 5},
 		},
 		{
 			// With only k+m usable OSTs, the fuller ones are used anyway.
-			"fuller ost used when needed",
-			append(cands(5, 1<<30), candidate{id: 6, capacity: 1 << 40, free: 1 << 21}),
-			0, []uint32{1, 2, 3, 4, 5, 6}, nil,
+			name:  "fuller ost used when needed",
+			cands: append(cands(5, 1<<30), candidate{id: 6, capacity: 1 << 30, free: 1 << 26}),
+			req:   req42(0), want: []uint32{1, 2, 3, 4, 5, 6},
+		},
+		{
+			// An OST without room for the chunk is skipped: narrow.
+			name:  "one full",
+			cands: append(cands(5, 1<<30), candidate{id: 6, capacity: 1 << 40, free: 1 << 19}),
+			req:   req42(0), want: []uint32{1, 2, 3, 4, 5, 0},
+		},
+		{
+			// Room, but past the full ratio once the chunk is there.
+			name:  "past the full ratio",
+			cands: append(cands(5, 1<<30), candidate{id: 6, capacity: 100 << 20, free: 5<<20 + 1<<19}),
+			req:   req42(0), want: []uint32{1, 2, 3, 4, 5, 0},
+		},
+		{
+			name:  "three full",
+			cands: append(cands(3, 1<<30), candidate{id: 4, capacity: 1 << 30, free: 0}, candidate{id: 5, capacity: 1 << 30}, candidate{id: 6, capacity: 1 << 30}),
+			req:   req42(0), err: errs.ErrNoSpace, msg: "have 3 of 6 up",
 		},
 		{
 			// Capacity 0 means "unknown": never treated as full.
-			"unknown capacity",
-			[]candidate{{id: 1}, {id: 2}, {id: 3}, {id: 4}, {id: 5}, {id: 6}},
-			1, []uint32{2, 3, 4, 5, 6, 1}, nil,
+			name:  "unknown capacity",
+			cands: []candidate{{id: 1}, {id: 2}, {id: 3}, {id: 4}, {id: 5}, {id: 6}},
+			req:   req42(1), want: []uint32{2, 3, 4, 5, 6, 1},
 		},
 	} {
-		got, err := place(tc.cands, rs42, tc.rot)
+		got, err := place(tc.cands, tc.req)
 		if tc.err != nil {
-			if !errors.Is(err, tc.err) {
-				t.Errorf("%s: err %v, want %v", tc.name, err, tc.err)
+			if !errors.Is(err, tc.err) || !strings.Contains(fmt.Sprint(err), tc.msg) {
+				t.Errorf("%s: err %v, want %v with %q", tc.name, err, tc.err, tc.msg)
 			}
 			continue
 		}
@@ -70,9 +104,33 @@ func TestPlace(t *testing.T) {
 			t.Errorf("%s: %v %v, want %v", tc.name, got, err, tc.want)
 		}
 	}
-	_, err := place(cands(4, 1<<30), rs42, 0)
-	if !strings.Contains(err.Error(), "need 6 OSTs up, have 4") {
-		t.Errorf("message %q", err)
+}
+
+func TestFullness(t *testing.T) {
+	o := PlacementOptions{}
+	if err := o.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		capacity, free uint64
+		near, full     bool
+	}{
+		{0, 0, false, false}, // unknown
+		{100 << 20, 50 << 20, false, false},
+		{100 << 20, 10 << 20, true, false}, // 90%
+		{100 << 20, 6 << 20, true, false},  // 94%, and a 1 MiB cell still fits
+		{100 << 20, 5 << 20, true, true},   // 95%
+		{1 << 40, 1 << 19, true, true},     // no room for a cell
+	} {
+		near, full := o.fullness(tc.capacity, tc.free, 1<<20)
+		if near != tc.near || full != tc.full {
+			t.Errorf("capacity %d free %d: nearfull %v full %v, want %v %v", tc.capacity, tc.free, near, full, tc.near, tc.full)
+		}
+	}
+	for _, bad := range []PlacementOptions{{MinParity: -1}, {FullRatio: 1.5}, {NearFullRatio: 0.99}} {
+		if err := bad.setDefaults(); !errors.Is(err, errs.ErrInvalid) {
+			t.Errorf("%+v: %v", bad, err)
+		}
 	}
 }
 
@@ -123,16 +181,33 @@ func TestAllocPlacement(t *testing.T) {
 			t.Fatalf("placement %v ignores exclude", x.Osts)
 		}
 	}
-	_, err = e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1, ExcludeOsts: []uint32{1, 2, 3}})
+	// Three excluded of eight: five left, one parity slot unplaced.
+	r, err = e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1, ExcludeOsts: []uint32{1, 2, 3}})
+	wantErr(t, "alloc with three excluded", err, nil)
+	if x := r.Extents[0].Osts; placed(x) != 5 || x[5] != 0 || slices.ContainsFunc(x[:5], func(o uint32) bool { return o <= 3 }) || r.MinChunks != 4 {
+		t.Fatalf("narrow placement %v (min %d)", x, r.MinChunks)
+	}
+	_, err = e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1, ExcludeOsts: []uint32{1, 2, 3, 4, 5}})
 	wantErr(t, "alloc with too many excluded", err, errs.ErrUnavailable)
 
-	// Four OSTs stop heartbeating.
+	// Four OSTs stop heartbeating: narrow extents on the four left.
 	e.clock.Advance(4 * time.Second)
 	e.heartbeatAll(ids[:4])
 	e.clock.Advance(2 * time.Second)
+	r, err = e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 2})
+	wantErr(t, "alloc with 4 up", err, nil)
+	for _, x := range r.Extents {
+		if !slices.Equal(x.Osts[4:], []uint32{0, 0}) || !distinct(x.Osts[:4]) || slices.ContainsFunc(x.Osts[:4], func(o uint32) bool { return o > 4 }) {
+			t.Fatalf("placement with 4 up: %v", x.Osts)
+		}
+	}
+	// Five stop: three left, fewer than k.
+	e.clock.Advance(4 * time.Second)
+	e.heartbeatAll(ids[:3])
+	e.clock.Advance(2 * time.Second)
 	_, err = e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1})
-	wantErr(t, "alloc with 4 up", err, errs.ErrUnavailable)
-	if !strings.Contains(err.Error(), "need 6 OSTs up, have 4") {
+	wantErr(t, "alloc with 3 up", err, errs.ErrUnavailable)
+	if !strings.Contains(err.Error(), "need 4 OSTs up for RS 4+2, have 3") {
 		t.Fatalf("message %q", err)
 	}
 	e.check()
@@ -168,8 +243,10 @@ func TestOstRegistry(t *testing.T) {
 	}
 	st, err := e.c.StatFs(ctx, &mdspb.StatFsRequest{})
 	wantErr(t, "statfs", err, nil)
-	// StatFs reports file bytes under the root's RS 4+2 layout: 4/6 of raw.
-	if st.OstsUp != 3 || st.OstsTotal != 3 || st.TotalBytes != (1000+100+1<<40)/6*4 || st.FreeBytes != (400+50+1<<40)/6*4 || st.Files != 1 {
+	// StatFs reports file bytes under the root's RS 4+2 layout: 4/6 of
+	// raw. The free space of OSTs without room for a cell (full) does not
+	// count.
+	if st.OstsUp != 3 || st.OstsTotal != 3 || st.TotalBytes != (1000+100+1<<40)/6*4 || st.FreeBytes != (1<<40)/6*4 || st.Files != 1 {
 		t.Fatalf("statfs %v", st)
 	}
 	// OSTs on one file system are counted once.
@@ -196,11 +273,17 @@ func TestOstRegistry(t *testing.T) {
 	}
 
 	// The registry and the address change survive a restart; ids keep
-	// counting; every OST is down until it heartbeats.
+	// counting; every OST counts as up for one heartbeat timeout (the
+	// restart grace), then down until it heartbeats.
 	e = e.reopen()
 	l, _ = e.c.ListOsts(ctx, &mdspb.ListOstsRequest{})
-	if len(l.Osts) != 3 || l.Osts[0].Addr != "10.0.0.1:9" || l.Osts[1].Addr != "10.0.0.2:7000" || l.Osts[0].Up {
+	if len(l.Osts) != 3 || l.Osts[0].Addr != "10.0.0.1:9" || l.Osts[1].Addr != "10.0.0.2:7000" || !l.Osts[0].Up || l.Osts[0].LastHeartbeatNs != 0 {
 		t.Fatalf("after reopen %v", l.Osts)
+	}
+	e.clock.Advance(e.s.o.HeartbeatTimeout + time.Millisecond)
+	l, _ = e.c.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if l.Osts[0].Up {
+		t.Fatalf("past the restart grace %v", l.Osts)
 	}
 	r, err = e.c.RegisterOst(ctx, &mdspb.RegisterOstRequest{Uuid: "ost-9", Addr: "x:1"})
 	wantErr(t, "register new", err, nil)
@@ -210,5 +293,112 @@ func TestOstRegistry(t *testing.T) {
 	r, _ = e.c.RegisterOst(ctx, &mdspb.RegisterOstRequest{Uuid: "ost-1", Addr: "x:2"})
 	if r.Id != ids[0] {
 		t.Fatalf("ost-1 id %d after reopen", r.Id)
+	}
+}
+
+// A client may commit an extent with slots it could not write set to 0,
+// keeping at least min_chunks; the extent is listed as narrow and the
+// chunk it gave up on queued for deletion on its OST. Other changes of
+// the placement, or fewer chunks, are refused.
+func TestCommitNarrow(t *testing.T) {
+	e := newEnv(t)
+	e.registerOsts(6)
+	f := e.create(rootIno, "f")
+	r, err := e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1, Length: 4 * mib})
+	wantErr(t, "alloc", err, nil)
+	ex := r.Extents[0]
+	if r.MinChunks != 4 || placed(ex.Osts) != 6 {
+		t.Fatalf("alloc %v min %d", ex.Osts, r.MinChunks)
+	}
+	tooFew := written(ex, 4*mib)
+	tooFew.Osts[3], tooFew.Osts[4], tooFew.Osts[5] = 0, 0, 0
+	moved := written(ex, 4*mib)
+	moved.Osts[5] = 99
+	for _, tc := range []struct {
+		what string
+		x    *mdspb.Extent
+	}{{"three dropped", tooFew}, {"slot moved", moved}} {
+		_, err := e.c.CommitExtents(ctx, &mdspb.CommitExtentsRequest{Ino: f.Ino, Extents: []*mdspb.ExtentRef{ref(0, mib, 0, tc.x)}})
+		wantErr(t, tc.what, err, errs.ErrInvalid)
+	}
+	narrow := written(ex, 4*mib)
+	gaveUp := narrow.Osts[4]
+	narrow.Osts[4] = 0
+	e.commit(f.Ino, ref(0, 4*mib, 0, narrow))
+	g, err := e.c.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: f.Ino})
+	wantErr(t, "get", err, nil)
+	if got := g.Extents[0].Extent.Osts; !slices.Equal(got, narrow.Osts) {
+		t.Fatalf("committed placement %v, want %v", got, narrow.Osts)
+	}
+	if n := e.s.narrowCount(); n != 1 {
+		t.Fatalf("%d narrow extents, want 1", n)
+	}
+	l, err := e.c.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if err != nil || l.NarrowExtents != 1 {
+		t.Fatalf("ListOsts narrow %d (%v)", l.GetNarrowExtents(), err)
+	}
+	var retired []string
+	scan(e.s.db, []byte{prefixRetire}, func(k, v []byte) (bool, error) {
+		_, ext, idx, _ := decodeRetireKey(k)
+		retired = append(retired, fmt.Sprintf("%d.%d@%d", ext, idx, uint32(v[3])))
+		return true, nil
+	})
+	if want := fmt.Sprintf("%d.4@%d", ex.Id, gaveUp); !slices.Equal(retired, []string{want}) {
+		t.Fatalf("retired %v, want %s", retired, want)
+	}
+	// A later commit of the same extent (another range of it) with the
+	// placement it was allocated with is fine: the stored one is kept.
+	e.commit(f.Ino, ref(4*mib, mib, 0, written(ex, 4*mib)))
+	e.check()
+}
+
+// An OST's free space, less what was placed there since it reported it,
+// decides whether it can take chunks: one OST filling up is left out
+// and extents go narrow on the others; with fewer than k with room, the
+// write is refused with ErrNoSpace. ListOsts marks the OST full.
+func TestAllocFullOst(t *testing.T) {
+	e := newEnv(t)
+	ids := e.registerOsts(6)
+	// OST 6 has 10 MiB left of 100 MiB: room for 4 MiB before 95%.
+	_, err := e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[5], Capacity: 100 * mib, Free: 10 * mib})
+	wantErr(t, "heartbeat", err, nil)
+	f := e.create(rootIno, "f")
+	// Chunks of 1 MiB (extents of 4 MiB).
+	r, err := e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 8, Length: 4 * mib})
+	wantErr(t, "alloc", err, nil)
+	on6 := 0
+	for _, x := range r.Extents {
+		if slices.Contains(x.Osts, ids[5]) {
+			on6++
+		} else if placed(x.Osts) != 5 {
+			t.Fatalf("placement %v", x.Osts)
+		}
+	}
+	if on6 != 5 {
+		t.Fatalf("%d chunks on the nearly full OST, want 5 (up to 95%% of 100 MiB)", on6)
+	}
+	l, _ := e.c.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if o := l.Osts[5]; !o.Nearfull || o.Full {
+		t.Fatalf("ost 6 as reported: %v", o)
+	}
+	// It reports itself full: nearfull and full.
+	e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[5], Capacity: 100 * mib, Free: 4 * mib})
+	l, _ = e.c.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if o := l.Osts[5]; !o.Nearfull || !o.Full {
+		t.Fatalf("ost 6 as reported: %v", o)
+	}
+	// Three OSTs full: ENOSPC.
+	for _, id := range ids[:3] {
+		e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: id, Capacity: 100 * mib, Free: 0})
+	}
+	_, err = e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1, Length: 4 * mib})
+	wantErr(t, "alloc with 2 OSTs with room", err, errs.ErrNoSpace)
+	if !strings.Contains(err.Error(), "need 4 OSTs with room for a chunk of 1048576 bytes for RS 4+2, have 2 of 6 up") {
+		t.Fatalf("message %q", err)
+	}
+	st, err := e.c.StatFs(ctx, &mdspb.StatFsRequest{})
+	wantErr(t, "statfs", err, nil)
+	if st.FreeBytes != 2*(1<<40)/6*4 {
+		t.Fatalf("statfs free %d, want the free space of the two OSTs with room", st.FreeBytes)
 	}
 }

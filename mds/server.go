@@ -55,6 +55,7 @@ type Options struct {
 	GCInterval       time.Duration         // default 5s
 	SessionLease     time.Duration         // a client session expires this long after its last call; default 10s
 	Admin            AdminOptions          // the administration worker (admin_worker.go)
+	Placement        PlacementOptions      // where chunks go, narrow writes, full OSTs (placement.go)
 	Now              func() time.Time      // default time.Now
 	// Raft makes this MDS one member of a replicated group
 	// (docs/mds-raft.md); nil: a single MDS, no Raft at all.
@@ -121,6 +122,9 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Now = time.Now
 	}
 	if err := c.Admin.setDefaults(c.GCGrace); err != nil {
+		return c, err
+	}
+	if err := c.Placement.setDefaults(); err != nil {
 		return c, err
 	}
 	c.Identity.setDefaults()

@@ -60,6 +60,12 @@ type Options struct {
 	// Scrub configures the scrubber (scrub.go); it runs once Start has
 	// registered with the MDS.
 	Scrub ScrubOptions
+	// Capacity caps the chunk bytes the OST holds, for an OST that shares
+	// its disk or must leave room on it: it reports at most this capacity
+	// and the part of it its chunks leave free, and a chunk write that
+	// would pass it fails with ENOSPC (errs.ErrNoSpace), as a full disk
+	// does. 0: the file system's capacity.
+	Capacity uint64
 }
 
 // DirectIO chooses the chunk I/O that uses O_DIRECT. Only 4 KiB-aligned
@@ -152,7 +158,7 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	directW, directR := o.DirectIO != DirectOff, o.DirectIO == DirectAll || (o.DirectIO == DirectDefault && directReadsByDefault)
-	st, rep, err := openStore(ctx, storeOptions{dir: o.Dir, blockSize: o.BlockSize, m: s.m, log: s.log, bufs: s.bufs, directWrites: directW, directReads: directR})
+	st, rep, err := openStore(ctx, storeOptions{dir: o.Dir, blockSize: o.BlockSize, m: s.m, log: s.log, bufs: s.bufs, directWrites: directW, directReads: directR, limit: o.Capacity})
 	if err != nil {
 		return fail(err)
 	}
@@ -244,13 +250,19 @@ func (s *Server) Close() error {
 	return errors.Join(derr, err, s.lock.Close())
 }
 
-// space is the capacity and free space of the OST's file system.
+// space is the capacity and free space of the OST's file system, within
+// Options.Capacity.
 func (s *Server) space() (capacity, free uint64, err error) {
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(s.opts.Dir, &fs); err != nil {
 		return 0, 0, fmt.Errorf("ost: statfs %s: %w", s.opts.Dir, err)
 	}
-	return fs.Blocks * uint64(fs.Bsize), fs.Bavail * uint64(fs.Bsize), nil
+	capacity, free = fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
+	if limit := s.opts.Capacity; limit > 0 {
+		used := uint64(max(s.st.used.Load(), 0))
+		capacity, free = min(capacity, limit), min(free, limit-min(used, limit))
+	}
+	return capacity, free, nil
 }
 
 // fsID names the file system under Dir (device number and statfs f_fsid),

@@ -52,6 +52,7 @@ type storeOptions struct {
 	bufs         *datanet.BufPool // aligned scratch buffers
 	directWrites bool             // write chunk data with O_DIRECT where aligned
 	directReads  bool             // read chunk data with O_DIRECT where aligned
+	limit        uint64           // most bytes of chunk data held (Options.Capacity); 0: none
 }
 
 // store is the chunk store of one OST directory: files and counters, no RPC.
@@ -80,6 +81,9 @@ type store struct {
 
 	used   atomic.Int64 // bytes in data files
 	chunks atomic.Int64 // data files
+
+	limit    int64        // most bytes in data files; 0: no limit
+	reserved atomic.Int64 // bytes of chunk writes in progress, counted against limit
 }
 
 // openStore prepares dir's chunks/ and tmp/ directories, empties tmp/,
@@ -87,7 +91,7 @@ type store struct {
 // scans the chunks to set the counters.
 func openStore(ctx context.Context, o storeOptions) (*store, scanReport, error) {
 	dir := o.dir
-	st := &store{dir: dir, blockSize: o.blockSize, m: o.m, log: o.log, bufs: o.bufs, seed: maphash.MakeSeed(), openFile: os.OpenFile}
+	st := &store{dir: dir, blockSize: o.blockSize, m: o.m, log: o.log, bufs: o.bufs, seed: maphash.MakeSeed(), openFile: os.OpenFile, limit: int64(min(o.limit, 1<<62))}
 	st.directWrites.Store(o.directWrites)
 	st.directReads.Store(o.directReads)
 	if err := os.RemoveAll(filepath.Join(dir, tmpDir)); err != nil {
@@ -254,6 +258,10 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("ost: write chunk %s: %w", c, err)
 	}
+	if err := st.reserve(int64(len(data))); err != nil {
+		return false, diskErr("write", c, err)
+	}
+	defer st.reserved.Add(-int64(len(data)))
 	crcTmp, err := st.writeChunkTemp(tab.Encode(), false)
 	if err != nil {
 		return false, diskErr("write sidecar of", c, err)
@@ -279,6 +287,21 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 		return true, diskErr("sync directory of", c, err)
 	}
 	return true, nil
+}
+
+// reserve counts n bytes of a chunk write against the store's limit
+// until the caller takes them off reserved again; syscall.ENOSPC when
+// they do not fit.
+func (st *store) reserve(n int64) error {
+	for {
+		r := st.reserved.Load()
+		if st.limit > 0 && st.used.Load()+r+n > st.limit {
+			return fmt.Errorf("%d bytes more would pass the OST's capacity of %d bytes: %w", n, st.limit, syscall.ENOSPC)
+		}
+		if st.reserved.CompareAndSwap(r, r+n) {
+			return nil
+		}
+	}
 }
 
 // writeChunkTemp writes b to a new file in tmp/, syncs it (fdatasync) and
