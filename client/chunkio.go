@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -20,19 +21,32 @@ import (
 const writeAttempts = 3
 
 // uploadExtent stores data as a new extent of file ino: it allocates an
-// extent id and placement, encodes the rows, and writes the k+m chunks in
-// parallel, each fsynced by its OST before it answers. On a failed chunk it
-// retries the whole extent on a new placement that avoids the failed OSTs.
+// extent id and placement, encodes the rows, and writes the placed
+// chunks in parallel, each fsynced by its OST before it answers. The MDS
+// may place an extent narrow (some parity slots 0) when fewer than k+m
+// OSTs can take a chunk. When chunk writes fail, the extent is committed
+// without them (their slots set to 0, narrow, for the MDS to widen) if
+// only parity chunks failed and at least the MDS's min_chunks were
+// written, or, on the last attempt, whichever failed; otherwise the whole
+// extent is written again on a new placement that avoids the failed OSTs.
 // It returns the reference to commit; nothing is committed here. The
 // extent is compressed first when pol (else its layout) says so and that
-// pays (compress.go).
-func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, data []byte, pol *compress.Options) (*mdspb.ExtentRef, error) {
+// pays (compress.go). A write that fails for good is logged with its
+// reason ("need 4 OSTs up for RS 4+2, have 3"), which its error carries
+// too: ErrNoSpace (ENOSPC) when too few OSTs have room, ErrUnavailable
+// (EIO) when too few are up.
+func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, data []byte, pol *compress.Options) (_ *mdspb.ExtentRef, err error) {
 	var exclude []uint32
 	var lastErr error
 	var z *packed // the bytes to store: compress.go
 	defer func() { z.release(c) }()
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("extent write failed", "ino", ino, "off", fileOff, "len", len(data), "err", err)
+		}
+	}()
 	for attempt := 0; attempt < writeAttempts; attempt++ {
-		r, err := c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: 1, ExcludeOsts: exclude})
+		r, err := c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: 1, ExcludeOsts: exclude, Length: uint64(len(data))})
 		if err != nil {
 			if lastErr != nil {
 				return nil, fmt.Errorf("write extent at %d: %w (after: %v)", fileOff, err, lastErr)
@@ -55,10 +69,55 @@ func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, da
 			return nil, err
 		}
 		lastErr = err
-		c.log.Warn("extent write failed; retrying on another placement", "ino", ino, "extent", ext.GetId(), "failed_osts", failed, "err", err)
-		exclude = append(exclude, failed...)
+		if narrowOK(ext, failed, r.GetMinChunks(), attempt == writeAttempts-1) {
+			var lost []uint32
+			for _, j := range failed {
+				lost = append(lost, ext.Osts[j])
+				ext.Osts[j] = 0
+			}
+			c.log.Warn("chunk writes failed; committing the extent without them (the MDS rebuilds them)", "ino", ino, "extent", ext.GetId(),
+				"failed_osts", lost, "written", placedSlots(ext.GetOsts()), "of", len(ext.GetOsts()), "err", err)
+			return &mdspb.ExtentRef{FileOff: uint64(fileOff), Length: uint64(len(data)), Extent: ext}, nil
+		}
+		for _, j := range failed {
+			exclude = append(exclude, ext.GetOsts()[j])
+		}
+		c.log.Warn("extent write failed; retrying on another placement", "ino", ino, "extent", ext.GetId(), "exclude_osts", exclude, "err", err)
 	}
 	return nil, fmt.Errorf("write extent at %d: %d attempts failed: %w", fileOff, writeAttempts, lastErr)
+}
+
+// narrowOK reports whether an extent whose chunk writes failed in slots
+// failed may be committed without them: at least minChunks written (0,
+// from an MDS that predates narrow extents: never), and only parity
+// chunks missing, unless this was the last attempt (data chunks missing
+// make every read of the extent rebuild them until the MDS widens it).
+func narrowOK(ext *mdspb.Extent, failed []int, minChunks uint32, last bool) bool {
+	if minChunks == 0 || placedSlots(ext.GetOsts())-len(failed) < int(minChunks) {
+		return false
+	}
+	if last {
+		return true
+	}
+	k := int(ext.GetLayout().GetK())
+	for _, j := range failed {
+		if j < k {
+			return false
+		}
+	}
+	return true
+}
+
+// placedSlots counts the slots of a placement that name an OST (0: a
+// chunk not placed, in a narrow extent).
+func placedSlots(osts []uint32) int {
+	n := 0
+	for _, o := range osts {
+		if o != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // encodeChunks lays data out as the k+m chunks of an extent, each a list
@@ -114,9 +173,9 @@ func (c *Client) encodeChunks(lo layout.Layout, data []byte) (chunks [][][]byte,
 	return chunks, release, nil
 }
 
-// writeChunks encodes and writes every chunk of ext. It returns the OSTs
-// whose write failed.
-func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte) ([]uint32, error) {
+// writeChunks encodes ext and writes its placed chunks (slots that name
+// an OST). It returns the slots whose write failed.
+func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte) ([]int, error) {
 	g, err := extentGeom(ext)
 	if err != nil {
 		return nil, err
@@ -127,16 +186,19 @@ func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte
 	}
 	defer release()
 	var mu sync.Mutex
-	var failed []uint32
+	var failed []int
 	var firstErr error
 	var wg sync.WaitGroup
 	for j, ostID := range ext.GetOsts() {
+		if ostID == 0 {
+			continue // not placed: a narrow extent
+		}
 		wg.Go(func() {
 			err := c.writeChunk(ctx, ostID, ext.GetId(), uint32(j), chunks[j])
 			if err != nil {
 				c.metrics.chunkErrors.WithLabelValues("write").Inc()
 				mu.Lock()
-				failed = append(failed, ostID)
+				failed = append(failed, j)
 				if firstErr == nil {
 					firstErr = fmt.Errorf("extent %d chunk %d on OST %d: %w", ext.GetId(), j, ostID, err)
 				}
@@ -145,6 +207,7 @@ func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte
 		})
 	}
 	wg.Wait()
+	slices.Sort(failed)
 	return failed, firstErr
 }
 
@@ -197,6 +260,9 @@ func (c *Client) writeChunkGRPC(ctx context.Context, o ostpb.OstClient, extent u
 // socket straight into dst. On an error dst holds garbage.
 func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off int64, dst [][]byte) error {
 	ostID := ext.GetOsts()[j]
+	if ostID == 0 { // a narrow extent's chunk not placed: nothing to read or report
+		return fmt.Errorf("extent %d chunk %d: not placed (narrow extent): %w", ext.GetId(), j, errs.ErrUnavailable)
+	}
 	for try := 0; ; try++ {
 		o, daddr, err := c.chunkRoute(ctx, ostID, try > 0)
 		if err == nil {
@@ -299,6 +365,9 @@ func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, 
 		return err
 	}
 	for _, j := range bad {
+		if ext.GetOsts()[j] == 0 {
+			continue // not placed: rebuilt without a word
+		}
 		c.log.Warn("chunk read failed; reconstructing", "extent", ext.GetId(), "chunk", j, "ost", ext.GetOsts()[j], "err", errsByChunk[j])
 	}
 	c.metrics.degradedReads.Inc()

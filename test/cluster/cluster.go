@@ -83,6 +83,12 @@ type Options struct {
 	// replicated MDS, so that a test can cut members off from each other
 	// (Partition, Heal; proxy.go).
 	MDSPeerProxy bool
+	// OSTCapacity[i], when not 0, caps the space OST i reports and holds
+	// (ost.Options.Capacity): a small OST that fills up.
+	OSTCapacity []uint64
+	// Placement configures the MDS's placement (narrow writes, full
+	// ratios); zero values take the MDS's defaults.
+	Placement mds.PlacementOptions
 	// Registry, when set, receives the metrics of the MDS and of every
 	// OST (labelled ost="N"). Servers register when they start, so a test
 	// that restarts them must not set it. Clients register in
@@ -115,6 +121,10 @@ type OST struct {
 	Addr   string
 	Server *ost.Server // nil while stopped
 	srv    *wire.Server
+
+	// Capacity is the OST's ost.Options.Capacity (Options.OSTCapacity);
+	// a change takes effect at the next StartOST.
+	Capacity uint64
 }
 
 // Start starts a cluster in t.TempDir() and stops it when the test ends.
@@ -138,6 +148,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	for i := 0; i < o.OSTs; i++ {
 		c.osts = append(c.osts, &OST{Dir: filepath.Join(c.Dir, fmt.Sprintf("ost-%02d", i+1)), Addr: "127.0.0.1:0"})
+		if i < len(o.OSTCapacity) {
+			c.osts[i].Capacity = o.OSTCapacity[i]
+		}
 	}
 	c.mdsAddr = "127.0.0.1:0"
 	if err := c.setupTLS(); err != nil {
@@ -181,6 +194,7 @@ func (c *Cluster) startMDS() error {
 		GCGrace:          c.opts.GCGrace,
 		SessionLease:     c.opts.SessionLease,
 		Admin:            c.opts.Admin,
+		Placement:        c.opts.Placement,
 		Creds:            c.Creds(pki.RoleMDS),
 		Identity:         c.opts.Identity,
 		Registry:         c.opts.Registry,
@@ -248,7 +262,7 @@ func (c *Cluster) StartOST(i int) error {
 	}
 	oo := ost.Options{Dir: t.Dir, MDSAddr: c.mdsAddr, AdvertiseAddr: s.Addr(),
 		Logger: c.log.With("proc", fmt.Sprintf("ost-%d", i)), HeartbeatInterval: 200 * time.Millisecond,
-		DirectIO: c.opts.DirectIO, Scrub: c.opts.Scrub, Creds: c.Creds(pki.RoleOST)}
+		DirectIO: c.opts.DirectIO, Scrub: c.opts.Scrub, Creds: c.Creds(pki.RoleOST), Capacity: t.Capacity}
 	if c.opts.NoDataPath {
 		oo.DataListen = ost.DataListenOff
 	}

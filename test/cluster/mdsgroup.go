@@ -129,6 +129,7 @@ func (c *Cluster) openMember(m *MDSMember, b *wire.Server) error {
 		GCGrace:          c.opts.GCGrace,
 		SessionLease:     c.opts.SessionLease,
 		Admin:            c.opts.Admin,
+		Placement:        c.opts.Placement,
 		Raft:             &ro,
 		Creds:            c.Creds(pki.RoleMDS),
 		Identity:         c.opts.Identity,
