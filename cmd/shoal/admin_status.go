@@ -65,6 +65,8 @@ type statusOST struct {
 	Free          uint64 `json:"free_bytes"`
 	Chunks        uint64 `json:"chunks"`
 	FsID          string `json:"fs_id,omitempty"`          // OSTs on one file system count once in the totals
+	Nearfull      bool   `json:"nearfull,omitempty"`       // at or past the MDS's near-full ratio
+	Full          bool   `json:"full,omitempty"`           // placement puts no new chunk there
 	LastHeartbeat string `json:"last_heartbeat,omitempty"` // "3.2s ago"
 }
 
@@ -101,6 +103,9 @@ type statusReport struct {
 	// LostExtents are extents repair found with fewer than k readable
 	// chunks.
 	LostExtents uint64 `json:"lost_extents"`
+	// NarrowExtents are extents written with fewer than k+m chunks
+	// (OSTs down or full), waiting to be widened.
+	NarrowExtents uint64 `json:"narrow_extents"`
 	// Parity is m of the root directory's layout (the default), the
 	// number of OSTs a stripe of it can lose; -1 if unknown.
 	Parity int `json:"default_parity"`
@@ -186,13 +191,15 @@ func (af *adminFlags) gatherStatus(ctx context.Context) (*statusReport, error) {
 	now := time.Now()
 	for _, o := range osts.GetOsts() {
 		row := statusOST{ID: o.GetId(), Addr: o.GetAddr(), State: o.GetState(), Capacity: o.GetCapacity(),
-			Used: o.GetUsed(), Free: o.GetFree(), Chunks: o.GetChunks(), FsID: o.GetFsId()}
+			Used: o.GetUsed(), Free: o.GetFree(), Chunks: o.GetChunks(), FsID: o.GetFsId(),
+			Nearfull: o.GetNearfull(), Full: o.GetFull()}
 		if o.GetLastHeartbeatNs() > 0 {
 			row.LastHeartbeat = now.Sub(time.Unix(0, o.GetLastHeartbeatNs())).Round(100*time.Millisecond).String() + " ago"
 		}
 		rep.OSTs.List = append(rep.OSTs.List, row)
 	}
 	sort.Slice(rep.OSTs.List, func(i, j int) bool { return rep.OSTs.List[i].ID < rep.OSTs.List[j].ID })
+	rep.NarrowExtents = osts.GetNarrowExtents()
 
 	for _, kind := range []string{mds.JobRepair, mds.JobDrain, mds.JobRebalance, mds.JobScrub} {
 		j, err := stub.GetJob(ctx, &mdspb.JobRequest{Kind: kind})
@@ -302,6 +309,7 @@ func (rep *statusReport) judge() {
 			rep.warn = append(rep.warn, fmt.Sprintf("the OSTs in service are %.0f%% full", pct))
 		}
 	}
+	rep.judgeSpace() // admin_status_space.go
 	for _, j := range rep.Jobs {
 		rep.LostExtents += j.Lost
 		switch {
