@@ -18,8 +18,11 @@ import (
 // ostTable is the in-memory OST registry: the persisted records ("o" keys)
 // plus the volatile heartbeat state.
 type ostTable struct {
-	mu sync.Mutex // guards m and every *ostState in it
+	mu sync.Mutex // guards m, graceUntil and every *ostState in it
 	m  map[uint32]*ostState
+	// graceUntil ends the restart grace: until then an OST registered
+	// before this MDS opened and not heard from since counts as up (up).
+	graceUntil time.Time
 
 	// refusedNs and narrowNs are when AllocExtents last logged a refusal
 	// or a narrow placement (narrow.go): one line per refusalLogEvery.
@@ -35,8 +38,12 @@ type ostState struct {
 	placed uint64
 }
 
-// loadOsts fills the table from the "o" keys at Open; every OST starts down.
+// loadOsts fills the table from the "o" keys at Open. The OSTs count as up
+// for one heartbeat timeout (the restart grace, up), by which time those
+// that are up have heartbeated: a restarted MDS does not refuse
+// placements while their first heartbeats are on the way.
 func (s *Server) loadOsts() error {
+	s.osts.graceUntil = s.o.Now().Add(s.o.HeartbeatTimeout)
 	return scan(s.db, []byte{prefixOst}, func(k, v []byte) (bool, error) {
 		id, err := decodeOstKey(k)
 		if err != nil {
@@ -51,10 +58,14 @@ func (s *Server) loadOsts() error {
 	})
 }
 
-// up reports whether an OST heartbeated within the timeout. Caller holds
-// osts.mu.
+// up reports whether an OST heartbeated within the timeout, or, not heard
+// from since this MDS opened, whether the restart grace lasts (a removed
+// OST gets none). Caller holds osts.mu.
 func (s *Server) up(o *ostState, now time.Time) bool {
-	return !o.lastHB.IsZero() && now.Sub(o.lastHB) <= s.o.HeartbeatTimeout
+	if o.lastHB.IsZero() {
+		return o.admin != ostRemoved && now.Before(s.osts.graceUntil)
+	}
+	return now.Sub(o.lastHB) <= s.o.HeartbeatTimeout
 }
 
 // listOsts returns a copy of every OST's info, with up set, ordered by id.
