@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -213,25 +214,15 @@ func (c *Client) writeChunks(ctx context.Context, ext *mdspb.Extent, data []byte
 
 // writeChunk writes chunk index of extent, the concatenation of data, to
 // OST ostID: over its data path, or over gRPC when it has none. Either
-// carries the extent's write capability (caps.go).
+// carries the extent's write capability (caps.go). An OST that cannot be
+// reached is waited for while the MDS counts it up (chunkIO, retry.go).
 func (c *Client) writeChunk(ctx context.Context, ostID uint32, extent uint64, index uint32, data [][]byte) error {
-	for try := 0; ; try++ {
-		o, daddr, err := c.chunkRoute(ctx, ostID, try > 0)
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
-			if daddr != "" {
-				err = c.data.Write(cctx, daddr, extent, index, c.ChunkCapability(cctx, extent, capability.Write), data)
-			} else {
-				err = c.writeChunkGRPC(cctx, o, extent, index, data)
-			}
-			cancel()
+	return c.chunkIO(ctx, ostID, true, func(cctx context.Context, o ostpb.OstClient, daddr string) error {
+		if daddr != "" {
+			return c.data.Write(cctx, daddr, extent, index, c.ChunkCapability(cctx, extent, capability.Write), data)
 		}
-		// An unreachable OST may have moved: retry once with a fresh address.
-		if err != nil && try == 0 && errors.Is(err, errs.ErrUnavailable) && ctx.Err() == nil {
-			continue
-		}
-		return err
-	}
+		return c.writeChunkGRPC(cctx, o, extent, index, data)
+	})
 }
 
 func (c *Client) writeChunkGRPC(ctx context.Context, o ostpb.OstClient, extent uint64, index uint32, data [][]byte) error {
@@ -263,27 +254,20 @@ func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off in
 	if ostID == 0 { // a narrow extent's chunk not placed: nothing to read or report
 		return fmt.Errorf("extent %d chunk %d: not placed (narrow extent): %w", ext.GetId(), j, errs.ErrUnavailable)
 	}
-	for try := 0; ; try++ {
-		o, daddr, err := c.chunkRoute(ctx, ostID, try > 0)
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, c.opts.ChunkTimeout)
-			if daddr != "" {
-				err = c.data.Read(cctx, daddr, ext.GetId(), uint32(j), c.ChunkCapability(cctx, ext.GetId(), capability.Read), uint64(off), dst)
-			} else {
-				err = readChunkGRPC(cctx, o, ext.GetId(), uint32(j), off, dst)
-			}
-			cancel()
+	// No wait for an OST that cannot be reached: parity stands in
+	// (readRows waits when it cannot).
+	err := c.chunkIO(ctx, ostID, false, func(cctx context.Context, o ostpb.OstClient, daddr string) error {
+		if daddr != "" {
+			return c.data.Read(cctx, daddr, ext.GetId(), uint32(j), c.ChunkCapability(cctx, ext.GetId(), capability.Read), uint64(off), dst)
 		}
-		if err != nil && try == 0 && errors.Is(err, errs.ErrUnavailable) && ctx.Err() == nil {
-			continue
-		}
-		if err != nil {
-			c.metrics.chunkErrors.WithLabelValues("read").Inc()
-			c.noteChunkError(ext.GetId(), uint32(j), ostID, err) // report.go
-			return fmt.Errorf("extent %d chunk %d on OST %d: %w", ext.GetId(), j, ostID, err)
-		}
-		return nil
+		return readChunkGRPC(cctx, o, ext.GetId(), uint32(j), off, dst)
+	})
+	if err != nil {
+		c.metrics.chunkErrors.WithLabelValues("read").Inc()
+		c.noteChunkError(ext.GetId(), uint32(j), ostID, err) // report.go
+		return fmt.Errorf("extent %d chunk %d on OST %d: %w", ext.GetId(), j, ostID, err)
 	}
+	return nil
 }
 
 func readChunkGRPC(ctx context.Context, o ostpb.OstClient, extent uint64, index uint32, off int64, dst [][]byte) error {
@@ -315,8 +299,32 @@ func rowsLen(g layout.Geometry, r0, r1 int64) int64 {
 // data bytes, in extent order. The data chunks are read first, straight
 // into their places in out (padding past the data of a partial row is not
 // read). When any fails, the parity chunks are read too and the missing
-// cells are rebuilt from any k chunks.
+// cells are rebuilt from any k chunks. When fewer than k chunks can be
+// reached it tries again, with backoff, for up to Options.OSTRetry
+// (OSTs restarting; retry.go).
 func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) error {
+	var deadline time.Time
+	for backoff := retryMinBackoff; ; backoff = min(2*backoff, retryMaxBackoff) {
+		err := c.readRowsOnce(ctx, ext, r0, r1, out)
+		if err == nil || !errors.Is(err, errs.ErrUnavailable) || ctx.Err() != nil || c.opts.OSTRetry <= 0 {
+			return err
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(c.opts.OSTRetry)
+			c.log.Warn("too few chunks reachable: the read waits for OSTs", "extent", ext.GetId(), "wait", c.opts.OSTRetry, "err", err)
+		}
+		if !now.Before(deadline) {
+			return err
+		}
+		if err := sleepCtx(ctx, min(backoff, deadline.Sub(now))); err != nil {
+			return err
+		}
+	}
+}
+
+// readRowsOnce is one try of readRows.
+func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) error {
 	g, err := extentGeom(ext)
 	if err != nil {
 		return err

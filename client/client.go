@@ -99,7 +99,31 @@ type Options struct {
 	// names one (WithUser); nil: none, which the MDS takes as root of this
 	// node (mapped by the node's trust level; docs/security.md).
 	User *User
+
+	// MDSRetry bounds how long a call waits for a single MDS that cannot
+	// be reached (stopped, restarting): the call is sent again, with
+	// backoff, until the MDS answers or MDSRetry has passed since the
+	// first try; then it fails with ErrUnavailable. The start and the end
+	// of an outage are logged once each (retry.go). Default
+	// DefaultMDSRetry; negative: no wait. A replicated MDS (several
+	// addresses) is waited for by its group connection instead, for
+	// wire.GroupRetryFor.
+	MDSRetry time.Duration
+	// OSTRetry bounds how long a chunk write waits for an OST that cannot
+	// be reached while the MDS still counts it up (a restart: it is back
+	// within a heartbeat timeout, or the MDS counts it down and the write
+	// goes to another placement), and how long a read that cannot rebuild
+	// its bytes from the chunks it reached waits for the others (retry.go).
+	// Default DefaultOSTRetry; negative: no wait (one more try on a new
+	// connection).
+	OSTRetry time.Duration
 }
+
+// Defaults of Options.MDSRetry and Options.OSTRetry.
+const (
+	DefaultMDSRetry = 30 * time.Second
+	DefaultOSTRetry = 10 * time.Second
+)
 
 func (o *Options) setDefaults() error {
 	if o.MDS == "" {
@@ -127,6 +151,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Name == "" {
 		o.Name = "shoal"
+	}
+	if o.MDSRetry == 0 {
+		o.MDSRetry = DefaultMDSRetry
+	}
+	if o.OSTRetry == 0 {
+		o.OSTRetry = DefaultOSTRetry
 	}
 	switch o.WireCompression {
 	case "":
@@ -186,10 +216,13 @@ type Client struct {
 		sync.Mutex
 		conns    map[string]*grpc.ClientConn // by OST address
 		ostAddr  map[uint32]string           // OST id -> address
+		ostUp    map[uint32]bool             // OST id -> up, as the MDS last said
 		dataAddr map[uint32]dataRoute        // OST id -> its data path, from Info
 		coders   map[layout.Layout]*erasure.Coder
 	}
 
+	mdsWait   bool        // calls wait for an unreachable MDS (retry.go)
+	outages   outages     // servers this client cannot reach now (retry.go)
 	caps      capTable    // capabilities of extents for the OSTs (caps.go)
 	rep       reporter    // corrupt chunks to report to the MDS (report.go)
 	sess      session     // session.go
@@ -205,7 +238,8 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	addr := o.MDS
 	c := &Client{}
-	conn, err := wire.DialGroup(addr, wire.WithCreds(o.Creds), wire.WithUnaryInterceptor(c.mdsCapInterceptor)) // one address, or a replicated group
+	conn, err := wire.DialGroup(addr, wire.WithCreds(o.Creds), wire.WithUnaryInterceptor(c.mdsCapInterceptor),
+		wire.WithUnaryInterceptor(c.mdsWaitInterceptor)) // one address, or a replicated group
 
 	if err != nil {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
@@ -216,10 +250,11 @@ func New(ctx context.Context, o Options) (*Client, error) {
 		dopts.TLS = o.Creds.DataClientConfig // the data path: mutual TLS as on gRPC
 	}
 	*c = Client{opts: o, log: o.Logger, mdsConn: conn, mds: mdspb.NewMdsClient(conn), metrics: newMetrics(o.Registry),
-		data: datanet.NewClient(dopts), bufs: bufs}
+		data: datanet.NewClient(dopts), bufs: bufs, mdsWait: o.MDSRetry > 0 && len(conn.Addrs()) == 1}
 	registerDataStats(o.Registry, c.data.Stats)
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.ostAddr = map[uint32]string{}
+	c.mu.ostUp = map[uint32]bool{}
 	c.mu.dataAddr = map[uint32]dataRoute{}
 	c.mu.coders = map[layout.Layout]*erasure.Coder{}
 	if _, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: RootIno}); err != nil {
@@ -355,6 +390,7 @@ func (c *Client) refreshOsts(ctx context.Context) error {
 	defer c.mu.Unlock()
 	for _, o := range r.GetOsts() {
 		c.mu.ostAddr[o.GetId()] = o.GetAddr()
+		c.mu.ostUp[o.GetId()] = o.GetUp()
 	}
 	return nil
 }
