@@ -159,7 +159,7 @@ func (t *txn) switchPlacement(me movedExtent, keys [][]byte, grace time.Duration
 	}
 	seen := map[uint32]bool{}
 	for _, o := range newOsts {
-		if seen[o] {
+		if o != 0 && seen[o] { // 0: a narrow extent's unplaced slot (narrow.go)
 			return false, fmt.Errorf("mds: move of extent %d would put two chunks on OST %d: %w", id, o, errs.ErrInvalid)
 		}
 		seen[o] = true

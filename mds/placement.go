@@ -79,14 +79,22 @@ func (c candidate) room(n uint64, fullRatio float64) bool {
 	return float64(used) <= fullRatio*float64(c.capacity)
 }
 
-// fullness is what status reports about an OST's space.
+// fullRows is the rows of the chunk an OST must have room for not to be
+// reported full: a whole extent's chunk as clients cut them by default
+// (client.Options.ExtentRows), which is what streaming writes place.
+const fullRows = 4
+
+// fullness is what status reports about an OST's space: nearfull at or
+// past NearFullRatio, full when the chunk of a whole extent of unit-byte
+// cells (fullRows of them) would take it past FullRatio, so placement
+// leaves it out.
 func (o *PlacementOptions) fullness(capacity, free, unit uint64) (nearfull, full bool) {
 	if capacity == 0 {
 		return false, false
 	}
 	used := float64(capacity - min(free, capacity))
 	c := candidate{capacity: capacity, free: free}
-	full = !c.room(unit, o.FullRatio)
+	full = !c.room(fullRows*unit, o.FullRatio)
 	return full || used >= o.NearFullRatio*float64(capacity), full
 }
 

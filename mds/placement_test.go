@@ -118,9 +118,10 @@ func TestFullness(t *testing.T) {
 		{0, 0, false, false}, // unknown
 		{100 << 20, 50 << 20, false, false},
 		{100 << 20, 10 << 20, true, false}, // 90%
-		{100 << 20, 6 << 20, true, false},  // 94%, and a 1 MiB cell still fits
+		{100 << 20, 9 << 20, true, false},  // 91%, and a 4 MiB chunk still fits
+		{100 << 20, 8 << 20, true, true},   // 92%: a 4 MiB chunk would pass 95%
 		{100 << 20, 5 << 20, true, true},   // 95%
-		{1 << 40, 1 << 19, true, true},     // no room for a cell
+		{1 << 40, 1 << 19, true, true},     // no room for a chunk
 	} {
 		near, full := o.fullness(tc.capacity, tc.free, 1<<20)
 		if near != tc.near || full != tc.full {
