@@ -69,11 +69,16 @@ gpu-check:
 # SHOAL_RAFT_SEED, default 1; about 7 s each), with the same seeds the
 # linearizability check and the member crash test, and crashes a single MDS at
 # SHOAL_CRASH_POINTS points (default 1000) (docs/mds-raft.md).
+# It writes while one, two and three OSTs are down (killed or stopped) and
+# checks that they are widened once back, over SHOAL_NARROW_SEEDS seeds
+# (default 10, from SHOAL_NARROW_SEED, default 1; about 8 s each)
+# (docs/reliability.md, "Writes while OSTs are down or full").
 .PHONY: soak
 soak: deps
 	SHOAL_FSX_OPS=$${SHOAL_FSX_OPS:-200000} $(GO) test -count=1 -timeout 0 -v -run 'TestFsxSoak|TestPosixBigDirectory' ./test/
 	SHOAL_RAFT_SEEDS=$${SHOAL_RAFT_SEEDS:-20} $(GO) test -count=1 -timeout 0 -v -run 'TestRaftStorm|TestRaftLinearizable|TestRaftCrashMembers' ./test/
 	SHOAL_CRASH_POINTS=$${SHOAL_CRASH_POINTS:-1000} $(GO) test -count=1 -timeout 0 -v -run 'TestCrashStrictMem' ./mds/
+	SHOAL_NARROW_SEEDS=$${SHOAL_NARROW_SEEDS:-10} $(GO) test -count=1 -timeout 0 -v -run 'TestWritesWhileOSTsDown' ./test/
 
 # admin-spec runs the administration tests at the size the spec asks for
 # (docs/admin.md, "Tests"): the rebalance of 1 GiB in 128 files from 6 OSTs

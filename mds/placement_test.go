@@ -1,10 +1,13 @@
 package mds
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -358,7 +361,10 @@ func TestCommitNarrow(t *testing.T) {
 // and extents go narrow on the others; with fewer than k with room, the
 // write is refused with ErrNoSpace. ListOsts marks the OST full.
 func TestAllocFullOst(t *testing.T) {
-	e := newEnv(t)
+	var logs syncBuffer
+	o := testOptions(t)
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	e := startEnv(t, o, newClock())
 	ids := e.registerOsts(6)
 	// OST 6 has 10 MiB left of 100 MiB: room for 4 MiB before 95%.
 	_, err := e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[5], Capacity: 100 * mib, Free: 10 * mib})
@@ -397,9 +403,36 @@ func TestAllocFullOst(t *testing.T) {
 	if !strings.Contains(err.Error(), "need 4 OSTs with room for a chunk of 1048576 bytes for RS 4+2, have 2 of 6 up") {
 		t.Fatalf("message %q", err)
 	}
+	// The MDS logs the refusal with the same words, once per ten
+	// seconds however many there are.
+	e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 1, Length: 4 * mib})
+	if l := logs.String(); strings.Count(l, "cannot place extent; write refused") != 1 || !strings.Contains(l, "have 2 of 6 up") {
+		t.Fatalf("log:\n%s", l)
+	}
+	if !strings.Contains(logs.String(), "writing narrow extents") {
+		t.Fatalf("no log line about narrow extents:\n%s", logs.String())
+	}
 	st, err := e.c.StatFs(ctx, &mdspb.StatFsRequest{})
 	wantErr(t, "statfs", err, nil)
 	if st.FreeBytes != 2*(1<<40)/6*4 {
 		t.Fatalf("statfs free %d, want the free space of the two OSTs with room", st.FreeBytes)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
