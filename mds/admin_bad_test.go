@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
@@ -75,5 +76,63 @@ func TestReportReplacesClientReport(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.s.admin.met.badReported.WithLabelValues(badFromOST)); n != 1 {
 		t.Errorf("reports counted from OSTs: %v, want 1", n)
+	}
+}
+
+// TestHealthNamesFiles: Health counts degraded and unreadable extents
+// from the OSTs' states now and the bad-chunk queue, and names their
+// files by path, the most severe damage first.
+func TestHealthNamesFiles(t *testing.T) {
+	e := newEnv(t)
+	ids := e.registerOsts(6)
+	a := e.mkdir(rootIno, "a")
+	b := e.mkdir(a.Ino, "b")
+	withData := func(parent uint64, name string) *mdspb.Extent {
+		f := e.create(parent, name)
+		x := written(e.alloc(f.Ino, 1)[0], 3*mib)
+		e.commit(f.Ino, ref(0, 3*mib, 0, x))
+		return x
+	}
+	withData(b.Ino, "f")
+	g := withData(rootIno, "g")
+	health := func() *mdspb.HealthReply {
+		t.Helper()
+		r, err := e.c.Health(ctx, &mdspb.HealthRequest{MaxFiles: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	files := func(r *mdspb.HealthReply) string {
+		s := ""
+		for _, f := range r.Files {
+			s += fmt.Sprintf("%s:%s:%d ", f.Path, f.Damage, f.Extents)
+		}
+		return s
+	}
+	if r := health(); r.Extents != 2 || r.DegradedExtents != 0 || r.UnreadableExtents != 0 || len(r.Files) != 0 {
+		t.Fatalf("healthy: %v", r)
+	}
+	// A bad chunk of /g.
+	if _, err := e.c.ReportCorrupt(ctx, &mdspb.ReportCorruptRequest{Ost: g.Osts[0], Chunks: []*mdspb.BadChunk{{Extent: g.Id, Index: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := health(); r.DegradedExtents != 1 || r.BadChunksQueued != 1 || files(r) != "/g:bad:1 " {
+		t.Fatalf("a bad chunk: %v (files %s)", r, files(r))
+	}
+	// Three of six OSTs down (RS 4+2): both extents unreadable now; one
+	// down: degraded. Each is the present, not a job's last pass.
+	e.clock.Advance(e.s.o.HeartbeatTimeout + time.Second)
+	e.heartbeatAll(ids[:3])
+	if r := health(); r.UnreadableExtents != 2 || r.DegradedExtents != 2 || files(r) != "/a/b/f:unreadable:1 /g:unreadable:1 " {
+		t.Fatalf("three OSTs down: %v (files %s)", r, files(r))
+	}
+	e.heartbeatAll(ids[:5])
+	if r := health(); r.UnreadableExtents != 0 || r.DegradedExtents != 2 || files(r) != "/g:bad:1 /a/b/f:degraded:1 " {
+		t.Fatalf("one OST down: %v (files %s)", r, files(r))
+	}
+	e.heartbeatAll(ids)
+	if r, err := e.c.Health(ctx, &mdspb.HealthRequest{}); err != nil || r.DegradedExtents != 1 || r.Files != nil {
+		t.Fatalf("all up, no files asked: %v %v", r, err)
 	}
 }

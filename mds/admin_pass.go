@@ -27,8 +27,10 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 	}
 	pv := planView{extents: view, load: loadOf(view), dest: ov.dest}
 	var moves []chunkMove
-	var lost uint64
-	stuck := 0
+	var lost []uint64 // extents with more than m chunks unreadable
+	stuck := 0        // chunks with no OST to go to
+	pending := 0      // allocations not yet committed on draining OSTs
+	waiting := ""     // why the job cannot progress until the cluster changes
 	unreadable := s.unreadable(ov, job)
 	switch kind {
 	case JobRepair:
@@ -37,7 +39,10 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			delete(pv.dest, id)
 		}
 		ev := planEvacuate(pv, lostSet, unreadable)
-		moves, lost, stuck = ev.moves, uint64(len(ev.lost)), ev.stuck
+		moves, lost, stuck = ev.moves, ev.lost, ev.stuck
+		if len(moves) == 0 && stuck > 0 {
+			waiting = nowhereToGo(stuck, len(pv.dest), sortedIDs(lostSet), "bring back")
+		}
 	case JobDrain:
 		drain := map[uint32]bool{}
 		for id, st := range ov.state {
@@ -46,7 +51,10 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			}
 		}
 		ev := planEvacuate(pv, drain, unreadable)
-		moves, lost, stuck = ev.moves, uint64(len(ev.lost)), ev.stuck
+		moves, lost, stuck = ev.moves, ev.lost, ev.stuck
+		if len(moves) == 0 && stuck > 0 {
+			waiting = nowhereToGo(stuck, len(pv.dest), sortedIDs(drain), "undrain")
+		}
 		if len(moves) == 0 && stuck == 0 && len(ev.lost) == 0 {
 			// Done only when no pending allocation still targets a
 			// draining OST (it may yet be committed).
@@ -54,7 +62,7 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 				if n, err := s.pendingOn(id); err != nil {
 					return err
 				} else if n > 0 {
-					stuck += n
+					pending += n
 				}
 			}
 		}
@@ -69,9 +77,8 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			// A plan without them would be wrong once they are back:
 			// wait (repair or remove a dead OST first).
 			slices.Sort(down)
-			_, err := s.updateJob(kind, func(j *mdspb.AdminJob) {
-				j.Error = fmt.Sprintf("waiting: OSTs %v are down (repair or remove them)", down)
-			})
+			waiting = fmt.Sprintf("OSTs %v are down: a plan without them would be wrong once they are back (repair or remove them)", down)
+			_, err := s.updateJob(kind, func(j *mdspb.AdminJob) { s.setWaiting(j, waiting) })
 			return err
 		}
 		thr := job.GetParams().GetThresholdPct()
@@ -85,24 +92,26 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 		bytesPlanned += m.bytes
 	}
 	job, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
-		j.PlannedChunks, j.PlannedBytes, j.LostExtents = uint64(len(moves)), bytesPlanned, lost
+		j.PlannedChunks, j.PlannedBytes, j.LostExtents = uint64(len(moves)), bytesPlanned, uint64(len(lost))
+		j.DamagedExtents = firstIDs(lost, maxDamagedExtents)
+		s.setWaiting(j, waiting)
 		if strings.HasPrefix(j.Error, "waiting") {
-			j.Error = ""
+			j.Error = "" // written by an MDS before job.waiting
 		}
-		if len(moves) == 0 && stuck > 0 {
-			j.Error = fmt.Sprintf("%d chunks wait: no OST to move them to, or allocations not yet committed", stuck)
+		if len(moves) == 0 && pending > 0 {
+			j.Error = fmt.Sprintf("%d allocations on draining OSTs not yet committed: waiting for their writers", pending)
 		}
-		if len(moves) == 0 && stuck == 0 && j.State == JobRunning {
+		if len(moves) == 0 && stuck == 0 && pending == 0 && j.State == JobRunning {
 			j.State, j.FinishedNs = JobDone, s.now()
-			if lost > 0 {
+			if len(lost) > 0 {
 				j.State = JobFailed
-				j.Error = fmt.Sprintf("%d extents have more than m chunks unreadable and cannot be rebuilt", lost)
+				j.Error = fmt.Sprintf("%d extents have more than m chunks unreadable and cannot be rebuilt", len(lost))
 			}
 		}
 	})
 	if err != nil || job.State != JobRunning {
 		if err == nil {
-			s.log.Info("admin job finished", "job", kind, "state", job.State, "chunks", job.DoneChunks, "bytes", job.DoneBytes)
+			s.log.Info("admin job finished", "job", kind, "state", job.State, "chunks", job.DoneChunks, "bytes", job.DoneBytes, "err", job.Error)
 		}
 		return err
 	}
@@ -201,6 +210,44 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 	return err
 }
 
+// maxDamagedExtents bounds the extents a job records as damaged
+// (AdminJob.damaged_extents); all are counted.
+const maxDamagedExtents = 100
+
+// firstIDs returns the n smallest of ids (sorted), or nil.
+func firstIDs(ids []uint64, n int) []uint64 {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out[:min(n, len(out))]
+}
+
+// nowhereToGo says why chunks of evacuated OSTs wait: every OST that may
+// take chunks already holds a chunk of their extents (six OSTs and RS
+// 4+2 with one lost, say). undo is what else ends the wait ("bring back"
+// lost OSTs, "undrain" draining ones).
+func nowhereToGo(chunks, dests int, from []uint32, undo string) string {
+	return fmt.Sprintf("%d chunks of OSTs %v have nowhere to go: each of the %d OSTs that may take chunks holds a chunk of their extent already; add an OST, or %s OSTs %v (until then those extents read degraded)",
+		chunks, from, dests, undo, from)
+}
+
+// setWaiting records in j why it waits (empty: it does not), and when it
+// began to, and logs the start of a wait.
+func (s *Server) setWaiting(j *mdspb.AdminJob, why string) {
+	switch {
+	case why == "":
+		j.Waiting, j.WaitingSinceNs = "", 0
+	case j.Waiting == "":
+		j.WaitingSinceNs = s.now()
+		s.log.Warn("admin job waits", "job", j.Kind, "why", why)
+		fallthrough
+	default:
+		j.Waiting = why
+	}
+}
+
 // lostSet is the OSTs a repair job treats as gone: those it names, the
 // removed ones and those down longer than RepairAfter.
 func (s *Server) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
@@ -226,9 +273,10 @@ func (s *Server) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
 	return lost
 }
 
-// unreadable is the OSTs that cannot serve chunks: down or removed.
+// unreadable is the OSTs that cannot serve chunks: down or removed, and
+// 0, the slot of a chunk left unplaced (an extent written narrow).
 func (s *Server) unreadable(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
-	out := map[uint32]bool{}
+	out := map[uint32]bool{0: true}
 	for id := range ov.infos {
 		if !ov.up[id] {
 			out[id] = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -128,7 +129,8 @@ func (s *Server) StopJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.A
 	})
 }
 
-// GetJob returns the state of a job kind ("idle" if it never ran).
+// GetJob returns the state of a job kind ("idle" if it never ran), with
+// the files of its damaged extents named when req.files is set.
 func (s *Server) GetJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
 	done, err := s.start("getjob")
 	if err != nil {
@@ -138,7 +140,11 @@ func (s *Server) GetJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.Ad
 	if err := validJobKind(req.GetKind()); err != nil {
 		return nil, err
 	}
-	return s.loadJob(req.GetKind())
+	j, err := s.loadJob(req.GetKind())
+	if err != nil || !req.GetFiles() {
+		return j, err
+	}
+	return j, s.jobFiles(ctx, j)
 }
 
 // PlanRebalance returns the plan a rebalance would run now, without
@@ -209,6 +215,7 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 	var queued map[string]float64
 	err = s.update(func(t *txn) error {
 		queued = map[string]float64{} // by source; the function may run again
+		var scrubbed []uint64         // extents an OST's scrubber found bad
 		for _, b := range req.GetChunks() {
 			if b.GetExtent() == 0 {
 				return fmt.Errorf("bad chunk of extent 0: %w", errs.ErrInvalid)
@@ -240,6 +247,7 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 			switch {
 			case req.GetOst() != 0:
 				queued[badFromOST]++
+				scrubbed = append(scrubbed, rec.Extent)
 			case rec.FromClient:
 				queued[badFromClient]++
 			default:
@@ -253,7 +261,7 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 				return err
 			}
 		}
-		return nil
+		return t.noteScrubbed(scrubbed)
 	})
 	if err != nil {
 		return nil, err
@@ -264,6 +272,30 @@ func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequ
 	s.log.WarnContext(ctx, "corrupt chunks reported", "ost", req.GetOst(), "count", len(req.GetChunks()))
 	s.kickAdmin()
 	return &mdspb.Empty{}, nil
+}
+
+// noteScrubbed adds extents found bad by a scrubber to the scrub job's
+// damaged_extents while the job runs (the first maxDamagedExtents), so
+// that its result names their files after they are rebuilt.
+func (t *txn) noteScrubbed(ids []uint64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	j := &mdspb.AdminJob{}
+	if err := getProto(t.b, jobKey(JobScrub), j); errors.Is(err, errs.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if j.State != JobRunning || len(j.DamagedExtents) >= maxDamagedExtents {
+		return nil
+	}
+	for _, id := range ids {
+		if !slices.Contains(j.DamagedExtents, id) && len(j.DamagedExtents) < maxDamagedExtents {
+			j.DamagedExtents = append(j.DamagedExtents, id)
+		}
+	}
+	return t.saveJob(j)
 }
 
 // scrubRound drives a scrub job: the first round asks every up OST for a

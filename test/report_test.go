@@ -275,6 +275,11 @@ func TestTruncatedChunkRepaired(t *testing.T) {
 		t.Fatalf("scrub: %v", j)
 	}
 	repaired("scrub", path, good, 2)
+	// The scrub's result names the file whose chunk it found bad.
+	j, err := stub.GetJob(ctx, &mdspb.JobRequest{Kind: mds.JobScrub, Files: true})
+	if err != nil || len(j.Files) != 1 || j.Files[0].Path != "/scrub" || j.Files[0].Damage != "bad" || len(j.DamagedExtents) != 1 {
+		t.Errorf("scrub job's files: %v %v", j.GetFiles(), err)
+	}
 
 	// fsck --repair: a wrong length, queued and rebuilt.
 	path, good, _ = truncate("/fsck", 3)

@@ -76,10 +76,33 @@ type statusJob struct {
 	DoneChunks  uint64 `json:"done_chunks"`
 	PlannedLeft uint64 `json:"planned_chunks"`
 	Failed      uint64 `json:"failed_chunks"`
-	Lost        uint64 `json:"lost_extents,omitempty"`
+	Lost        uint64 `json:"lost_extents,omitempty"` // at the job's last pass; the present is statusReport.LostExtents
 	Corrupt     uint64 `json:"corrupt_found,omitempty"`
 	Error       string `json:"error,omitempty"`
+	Waiting     string `json:"waiting,omitempty"` // why a running job cannot progress until the cluster changes
 }
+
+// statusFile is a file holding damaged extents.
+type statusFile struct {
+	Ino     uint64 `json:"ino"`
+	Path    string `json:"path"`
+	Damage  string `json:"damage"`
+	Extents uint64 `json:"extents"`
+}
+
+// statusData is the state of the data now (the MDS's Health): nil when
+// the MDS could not tell (an older MDS, or an error), and then the jobs'
+// last counts stand in.
+type statusData struct {
+	Extents         uint64       `json:"extents"`
+	Degraded        uint64       `json:"degraded_extents"`
+	Unreadable      uint64       `json:"unreadable_extents"`
+	BadChunksQueued uint64       `json:"bad_chunks_queued"`
+	Files           []statusFile `json:"damaged_files"`
+}
+
+// statusFiles is how many damaged files status names.
+const statusFiles = 10
 
 // statusReport is what `shoal admin status` shows; --json prints it.
 type statusReport struct {
@@ -100,9 +123,12 @@ type statusReport struct {
 	// last reported: each is a chunk of an extent that reads degraded
 	// until repair rebuilds it.
 	ChunksOnDownOSTs uint64 `json:"chunks_on_down_osts"`
-	// LostExtents are extents repair found with fewer than k readable
-	// chunks.
+	// LostExtents are extents with fewer than k readable chunks now (more
+	// than m on down or removed OSTs); without Data, those the last repair
+	// found.
 	LostExtents uint64 `json:"lost_extents"`
+	// Data is the state of the committed extents now.
+	Data *statusData `json:"data,omitempty"`
 	// NarrowExtents are extents written with fewer than k+m chunks
 	// (OSTs down or full), waiting to be widened.
 	NarrowExtents uint64 `json:"narrow_extents"`
@@ -212,7 +238,17 @@ func (af *adminFlags) gatherStatus(ctx context.Context) (*statusReport, error) {
 		}
 		rep.Jobs = append(rep.Jobs, statusJob{Kind: kind, State: j.GetState(), DoneChunks: j.GetDoneChunks(),
 			PlannedLeft: j.GetPlannedChunks(), Failed: j.GetFailedChunks(), Lost: j.GetLostExtents(),
-			Corrupt: j.GetCorruptFound(), Error: j.GetError()})
+			Corrupt: j.GetCorruptFound(), Error: j.GetError(), Waiting: j.GetWaiting()})
+	}
+	if h, err := stub.Health(ctx, &mdspb.HealthRequest{MaxFiles: statusFiles}); err == nil {
+		d := &statusData{Extents: h.GetExtents(), Degraded: h.GetDegradedExtents(), Unreadable: h.GetUnreadableExtents(),
+			BadChunksQueued: h.GetBadChunksQueued()}
+		for _, f := range h.GetFiles() {
+			d.Files = append(d.Files, statusFile{Ino: f.GetIno(), Path: f.GetPath(), Damage: f.GetDamage(), Extents: f.GetExtents()})
+		}
+		rep.Data = d
+	} else {
+		rep.warn = append(rep.warn, fmt.Sprintf("the state of the data is unknown: %v", err))
 	}
 	if a, err := stub.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: client.RootIno}); err == nil && a.GetAttr().GetLayout() != nil {
 		rep.Parity = int(a.GetAttr().GetLayout().GetM())
@@ -310,17 +346,8 @@ func (rep *statusReport) judge() {
 		}
 	}
 	rep.judgeSpace() // admin_status_space.go
-	for _, j := range rep.Jobs {
-		rep.LostExtents += j.Lost
-		switch {
-		case j.Lost > 0:
-			rep.err = append(rep.err, fmt.Sprintf("%s found %d extents with fewer than k readable chunks (lost)", j.Kind, j.Lost))
-		case j.State == mds.JobFailed:
-			rep.warn = append(rep.warn, fmt.Sprintf("the %s job failed: %s", j.Kind, j.Error))
-		case j.Kind == mds.JobScrub && j.State != mds.JobRunning && j.Corrupt > j.DoneChunks:
-			rep.warn = append(rep.warn, fmt.Sprintf("scrub found %d corrupt chunks and rebuilt %d", j.Corrupt, j.DoneChunks))
-		}
-	}
+	rep.judgeData()
+	rep.judgeJobs()
 	rep.Reasons = append(append([]string{}, rep.err...), rep.warn...)
 	switch {
 	case len(rep.err) > 0:
@@ -329,6 +356,67 @@ func (rep *statusReport) judge() {
 		rep.Health = healthWarn
 	default:
 		rep.Health = healthOK
+	}
+}
+
+// judgeData adds the findings about the committed extents now: any
+// unreadable is an error; bad chunks waiting, and degraded extents that
+// neither a down OST nor a narrow write explains already (a removed
+// OST's), are warnings.
+func (rep *statusReport) judgeData() {
+	d := rep.Data
+	if d == nil {
+		return
+	}
+	rep.LostExtents = d.Unreadable
+	if d.Unreadable > 0 {
+		rep.err = append(rep.err, fmt.Sprintf("%d extents have more than m chunks on down or removed OSTs: unreadable until OSTs return", d.Unreadable))
+	}
+	if d.BadChunksQueued > 0 {
+		rep.warn = append(rep.warn, fmt.Sprintf("%d bad chunks wait for their rebuild", d.BadChunksQueued))
+	}
+	// Narrow extents (written while OSTs were down or full) have their
+	// own warning (judgeSpace); the MDS widens them.
+	other := d.Degraded - min(d.Unreadable, d.Degraded)
+	other -= min(other, rep.NarrowExtents)
+	if other > 0 && rep.OSTs.Down == 0 && d.BadChunksQueued == 0 {
+		rep.warn = append(rep.warn, fmt.Sprintf("%d extents read degraded (a chunk missing); shoal admin repair rebuilds them", other))
+	}
+}
+
+// judgeJobs adds the findings about the jobs. With the data's state
+// known, a job's finding counts only while it is still true: a repair
+// that found extents lost, and failed, when three OSTs were down says
+// nothing once they are back and no extent is degraded (before, status
+// said HEALTH_ERR "540 extents lost" until repair ran again).
+func (rep *statusReport) judgeJobs() {
+	d := rep.Data
+	draining := rep.OSTs.Draining > 0
+	for _, j := range rep.Jobs {
+		// stale: what the job found is no longer so.
+		stale := false
+		if d != nil {
+			switch j.Kind {
+			case mds.JobRepair:
+				stale = d.Degraded == 0
+			case mds.JobDrain:
+				stale = !draining
+			case mds.JobScrub:
+				stale = d.BadChunksQueued == 0
+			}
+		}
+		switch {
+		case j.State == mds.JobRunning && j.Waiting != "":
+			rep.warn = append(rep.warn, fmt.Sprintf("the %s job waits: %s", j.Kind, j.Waiting))
+		case j.Lost > 0 && d == nil:
+			rep.LostExtents += j.Lost
+			rep.err = append(rep.err, fmt.Sprintf("%s found %d extents with fewer than k readable chunks (lost)", j.Kind, j.Lost))
+		case stale:
+		case j.State == mds.JobFailed:
+			rep.warn = append(rep.warn, fmt.Sprintf("the %s job failed: %s", j.Kind, j.Error))
+		case j.Kind == mds.JobScrub && j.State != mds.JobRunning && j.Corrupt > j.DoneChunks:
+			rep.warn = append(rep.warn, fmt.Sprintf("scrub found %d corrupt chunks and rebuilt %d", j.Corrupt, j.DoneChunks))
+		}
 	}
 }
 
@@ -372,6 +460,20 @@ func printStatus(w io.Writer, rep *statusReport) error {
 		}
 		tw.Flush()
 	}
+	if d := rep.Data; d != nil {
+		fmt.Fprintf(w, "\nData: %d extents, %d degraded, %d unreadable; %d bad chunks waiting for their rebuild\n",
+			d.Extents, d.Degraded, d.Unreadable, d.BadChunksQueued)
+		if len(d.Files) > 0 {
+			fmt.Fprintf(w, "  damaged files (the first %d):\n", statusFiles)
+			for _, f := range d.Files {
+				name := f.Path
+				if name == "" {
+					name = fmt.Sprintf("(inode %d, no name left)", f.Ino)
+				}
+				fmt.Fprintf(w, "    %s (%s, %d extents)\n", name, f.Damage, f.Extents)
+			}
+		}
+	}
 	if len(rep.Jobs) == 0 {
 		fmt.Fprintln(w, "\nJobs: none")
 		return nil
@@ -390,6 +492,9 @@ func printStatus(w io.Writer, rep *statusReport) error {
 			parts = append(parts, fmt.Sprintf("%d corrupt found", j.Corrupt))
 		}
 		fmt.Fprintf(w, "  %s: %s (%s)\n", j.Kind, j.State, strings.Join(parts, ", "))
+		if j.Waiting != "" && j.State == mds.JobRunning {
+			fmt.Fprintf(w, "    waiting: %s\n", j.Waiting)
+		}
 	}
 	return nil
 }

@@ -54,6 +54,34 @@ func TestStatusJudge(t *testing.T) {
 		{"lost extents", func(r *statusReport) {
 			r.Jobs = []statusJob{{Kind: "repair", State: "done", Lost: 4}}
 		}, healthErr, "repair found 4 extents"},
+		{"lost extents found by a repair, all OSTs back since", func(r *statusReport) {
+			r.Jobs = []statusJob{{Kind: "repair", State: "failed", Lost: 540, Error: "540 extents have more than m chunks unreadable"}}
+			r.Data = &statusData{Extents: 540}
+		}, healthOK, ""},
+		{"unreadable extents now", func(r *statusReport) {
+			for i := range 3 {
+				r.OSTs.List[i].State = "removed" // --force
+			}
+			r.Data = &statusData{Extents: 540, Degraded: 540, Unreadable: 540}
+		}, healthErr, "540 extents have more than m chunks on down or removed OSTs"},
+		{"a failed repair that still matters", func(r *statusReport) {
+			r.OSTs.List[0].State = "removed"
+			r.Jobs = []statusJob{{Kind: "repair", State: "failed", Error: "no progress"}}
+			r.Data = &statusData{Extents: 10, Degraded: 10}
+		}, healthWarn, "10 extents read degraded"},
+		{"a repair that waits", func(r *statusReport) {
+			r.OSTs.List[5].State = "down"
+			r.Jobs = []statusJob{{Kind: "repair", State: "running", Waiting: "540 chunks of OSTs [6] have nowhere to go"}}
+			r.Data = &statusData{Extents: 540, Degraded: 540}
+		}, healthWarn, "OST 6 (h:1) is down"},
+		{"bad chunks waiting", func(r *statusReport) {
+			r.Jobs = []statusJob{{Kind: "scrub", State: "failed", Corrupt: 2, Error: "2 bad chunks could not be rebuilt"}}
+			r.Data = &statusData{Extents: 10, Degraded: 2, BadChunksQueued: 2}
+		}, healthWarn, "2 bad chunks wait for their rebuild"},
+		{"a scrub's finding rebuilt since", func(r *statusReport) {
+			r.Jobs = []statusJob{{Kind: "scrub", State: "failed", Corrupt: 2, Error: "2 bad chunks could not be rebuilt"}}
+			r.Data = &statusData{Extents: 10}
+		}, healthOK, ""},
 		{"no OST registered", func(r *statusReport) { r.OSTs.List = nil }, healthWarn, "no OST has registered"},
 		{"running job", func(r *statusReport) {
 			r.Jobs = []statusJob{{Kind: "rebalance", State: "running"}}
@@ -69,6 +97,15 @@ func TestStatusJudge(t *testing.T) {
 		if tc.reason != "" && (len(r.Reasons) == 0 || !strings.Contains(r.Reasons[0], tc.reason)) {
 			t.Errorf("%s: reasons %q, want the first to say %q", tc.name, r.Reasons, tc.reason)
 		}
+	}
+
+	// A job that waits says why, after the OST that is down.
+	rw := healthy()
+	rw.OSTs.List[5].State = "down"
+	rw.Jobs = []statusJob{{Kind: "repair", State: "running", Waiting: "540 chunks of OSTs [6] have nowhere to go"}}
+	rw.judge()
+	if len(rw.Reasons) != 2 || !strings.Contains(rw.Reasons[1], "the repair job waits: 540 chunks of OSTs [6] have nowhere to go") {
+		t.Errorf("waiting repair: reasons %q", rw.Reasons)
 	}
 
 	// OSTs on one file system count it once.
