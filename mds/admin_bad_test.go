@@ -136,3 +136,40 @@ func TestHealthNamesFiles(t *testing.T) {
 		t.Fatalf("all up, no files asked: %v %v", r, err)
 	}
 }
+
+// TestAutoRepairFailedNotRestarted: an automatic repair that failed for
+// a set of OSTs (its extents lost) is not started again every round for
+// the same OSTs (each start failed at once and logged twice); the job
+// stays failed, and says why.
+func TestAutoRepairFailedNotRestarted(t *testing.T) {
+	o := testOptions(t)
+	o.Admin.Interval = 10 * time.Millisecond
+	e := startEnv(t, o, newClock())
+	ids := e.registerOsts(6)
+	f := e.create(rootIno, "f")
+	x := written(e.alloc(f.Ino, 1)[0], 3*mib)
+	e.commit(f.Ino, ref(0, 3*mib, 0, x))
+	e.clock.Advance(31 * time.Minute) // past RepairAfter (30m)
+	e.heartbeatAll(ids[:3])           // three of six down: RS 4+2 extents lost
+	var first *mdspb.AdminJob
+	for i := range 5 {
+		e.clock.Advance(time.Millisecond) // a job started again has a later StartedNs
+		if err := e.s.waitRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+		j, err := e.s.loadJob(JobRepair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = j
+			if j.State != JobFailed || j.LostExtents != 1 || len(j.DamagedExtents) != 1 {
+				t.Fatalf("automatic repair: %v", j)
+			}
+			continue
+		}
+		if j.State != JobFailed || j.StartedNs != first.StartedNs {
+			t.Fatalf("round %d: the failed repair was started again: %v", i, j)
+		}
+	}
+}

@@ -351,7 +351,21 @@ func (s *Server) autoRepair() error {
 	if len(need) == 0 {
 		return nil
 	}
+	if job.State == JobFailed && sameOsts(job.GetParams().GetOsts(), need) {
+		// It failed for these OSTs (extents lost): starting it again
+		// every round would fail again, and flood the log. A change in
+		// the OSTs down, or an operator's repair, starts it.
+		return nil
+	}
 	s.log.Warn("OSTs down longer than the repair delay; rebuilding their chunks", "osts", need, "after", after)
 	_, err = s.startJob(&mdspb.StartJobRequest{Kind: JobRepair, Osts: need})
 	return err
+}
+
+// sameOsts reports whether a and b hold the same OST ids.
+func sameOsts(a, b []uint32) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
