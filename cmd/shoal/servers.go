@@ -26,6 +26,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 	var squashUID, squashGID uint32
 	var squashAll bool
 	var af workerFlags
+	var pf placementFlags
 	cmd := &cobra.Command{
 		Use:   "mds",
 		Args:  cobra.NoArgs,
@@ -47,7 +48,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds, Admin: admin,
+			o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds, Admin: admin, Placement: pf.options(),
 				Identity: mds.IdentityOptions{Squash: squash, SquashUID: squashUID, SquashGID: squashGID, SquashAll: squashAll}}
 			if peers != "" || id != 0 || join {
 				p, err := parsePeers(peers)
@@ -88,7 +89,8 @@ func newMDSCmd(g *globals) *cobra.Command {
 	cmd.Flags().Uint32Var(&squashGID, "squash-gid", 65534, "gid squashed root (or, with --squash-all, every gid) becomes")
 	cmd.Flags().BoolVar(&squashAll, "squash-all", false, "squash every uid and gid of squashed nodes, not only root")
 	addWorkerFlags(cmd, &af)
-	return configurable(cmd, append(mdsChecks(), workerChecks)...)
+	addPlacementFlags(cmd, &pf)
+	return configurable(cmd, append(mdsChecks(), workerChecks, placementChecks)...)
 }
 
 // parsePeers parses "1=host:port,2=host:port".
@@ -110,7 +112,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 
 func newOSTCmd(g *globals) *cobra.Command {
 	var dir, listen, advertise, mdsAddr, metrics string
-	var dataListen string
+	var dataListen, capacity string
 	var tf tlsFlags
 	var sf scrubFlags
 	cmd := &cobra.Command{
@@ -137,7 +139,11 @@ func newOSTCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub)
+			capOpt, err := withCapacity(capacity)
+			if err != nil {
+				return err
+			}
+			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub, capOpt)
 			if err != nil {
 				return err
 			}
@@ -156,7 +162,8 @@ func newOSTCmd(g *globals) *cobra.Command {
 	mdsFlag(cmd, &mdsAddr)
 	addTLSFlags(cmd, &tf)
 	addScrubFlags(cmd, &sf)
-	return configurable(cmd, append(ostChecks(), scrubChecks)...)
+	capacityFlag(cmd, &capacity)
+	return configurable(cmd, append(ostChecks(), scrubChecks, capacityCheck)...)
 }
 
 // dataListenFlag adds --data-listen.
@@ -164,11 +171,11 @@ func dataListenFlag(cmd *cobra.Command, dst *string, usage string) {
 	cmd.Flags().StringVar(dst, "data-listen", "", usage)
 }
 
-// startOST opens an OST on dir with the scrubber's options, serves it on
-// listen (gRPC) and dataListen (the data path; "": the host of listen, any
-// port) with mutual TLS (creds nil: plaintext), and registers it with the
-// MDS.
-func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds, scrub ost.ScrubOptions) (*ost.Server, *wire.Server, error) {
+// startOST opens an OST on dir with the scrubber's options (and the
+// options tune sets), serves it on listen (gRPC) and dataListen (the data
+// path; "": the host of listen, any port) with mutual TLS (creds nil:
+// plaintext), and registers it with the MDS.
+func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, dir, listen, advertise, dataListen, mdsAddr string, creds *wire.Creds, scrub ost.ScrubOptions, tune ...func(*ost.Options)) (*ost.Server, *wire.Server, error) {
 	srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(ost.Authorize), wire.ServeLogger(log))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", listen, err)
@@ -184,7 +191,11 @@ func startOST(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, 
 		}
 		dataListen = net.JoinHostPort(host, "0")
 	}
-	o, err := ost.Open(ctx, ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen, Creds: creds, Scrub: scrub})
+	oo := ost.Options{Dir: dir, MDSAddr: mdsAddr, AdvertiseAddr: advertise, Logger: log, Registry: reg, DataListen: dataListen, Creds: creds, Scrub: scrub}
+	for _, t := range tune {
+		t(&oo)
+	}
+	o, err := ost.Open(ctx, oo)
 	if err != nil {
 		srv.Kill()
 		return nil, nil, err

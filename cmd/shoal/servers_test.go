@@ -67,3 +67,42 @@ func TestWorkerAndScrubFlags(t *testing.T) {
 		t.Errorf("--scrub-rate 1GB: %d", o.Rate)
 	}
 }
+
+// The placement flags of shoal mds and --capacity of shoal ost, and
+// their checks.
+func TestPlacementFlags(t *testing.T) {
+	parse := func(add func(*cobra.Command), check configCheck, args ...string) (*cobra.Command, []string) {
+		t.Helper()
+		cmd := &cobra.Command{}
+		add(cmd)
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, check(cmd, nil)
+	}
+	var f placementFlags
+	if _, p := parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks); len(p) > 0 {
+		t.Fatalf("defaults: %v", p)
+	}
+	if o, want := f.options(), (mds.PlacementOptions{NearFullRatio: mds.DefaultNearFullRatio, FullRatio: mds.DefaultFullRatio}); o != want {
+		t.Errorf("defaults: %+v, want %+v", o, want)
+	}
+	_, p := parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks, "--min-parity", "1", "--nearfull-ratio", "0.8", "--full-ratio", "0.9")
+	if o, want := f.options(), (mds.PlacementOptions{MinParity: 1, NearFullRatio: 0.8, FullRatio: 0.9}); len(p) > 0 || o != want {
+		t.Errorf("set: %+v %v, want %+v", o, p, want)
+	}
+	_, p = parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks, "--min-parity", "-1", "--nearfull-ratio", "0", "--full-ratio", "1.5")
+	if len(p) != 3 {
+		t.Errorf("bad values: %q, want 3 problems", p)
+	}
+	var capacity string
+	if _, p := parse(func(c *cobra.Command) { capacityFlag(c, &capacity) }, capacityCheck, "--capacity", "lots"); len(p) != 1 {
+		t.Errorf("--capacity lots: %q", p)
+	}
+	parse(func(c *cobra.Command) { capacityFlag(c, &capacity) }, capacityCheck, "--capacity", "2GiB")
+	tune, err := withCapacity(capacity)
+	var o ost.Options
+	if tune(&o); err != nil || o.Capacity != 2<<30 {
+		t.Errorf("--capacity 2GiB: %d %v", o.Capacity, err)
+	}
+}
