@@ -372,12 +372,7 @@ func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for _, j := range bad {
-		if ext.GetOsts()[j] == 0 {
-			continue // not placed: rebuilt without a word
-		}
-		c.log.Warn("chunk read failed; reconstructing", "extent", ext.GetId(), "chunk", j, "ost", ext.GetOsts()[j], "err", errsByChunk[j])
-	}
+	c.logDegraded(ext, bad, errsByChunk) // readlog.go: rate-limited
 	c.metrics.degradedReads.Inc()
 	parity := make([][]byte, lo.M)
 	for i := range parity {
@@ -399,7 +394,9 @@ func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int
 				all = append(all, e)
 			}
 		}
-		return fmt.Errorf("extent %d: %d of %d chunks readable, need %d: %w (%w)", ext.GetId(), present, lo.Shards(), lo.K, errs.ErrUnavailable, errors.Join(all...))
+		err := fmt.Errorf("extent %d: %d of %d chunks readable, need %d: %w (%w)", ext.GetId(), present, lo.Shards(), lo.K, errs.ErrUnavailable, errors.Join(all...))
+		c.logUnreadable(ext, present, errsByChunk, err) // readlog.go
+		return err
 	}
 	coder, err := c.coder(lo)
 	if err != nil {

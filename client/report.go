@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/lograte"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
@@ -42,9 +43,11 @@ type chunkKey struct {
 	ost    uint32
 }
 
-// reporter is the Client's queue of corrupt chunks to report.
+// reporter is the Client's queue of corrupt chunks to report, and the
+// limits of the read path's log lines (readlog.go).
 type reporter struct {
-	wg sync.WaitGroup // the sending goroutine
+	wg   sync.WaitGroup  // the sending goroutine
+	logs lograte.Limiter // degraded and failed reads, reports: by kind (readlog.go)
 
 	mu struct {
 		sync.Mutex
@@ -92,7 +95,9 @@ func (c *Client) noteChunkError(extent uint64, index uint32, ost uint32, err err
 	r.mu.pending = append(r.mu.pending, &mdspb.BadChunk{
 		Extent: extent, Index: index, Ost: ost, ReportedNs: now.UnixNano(), Reason: reason, FromClient: true,
 	})
-	c.log.Warn("corrupt chunk; reporting it to the MDS for repair", "extent", extent, "chunk", index, "ost", ost)
+	if ok, n := r.logs.Allow("report"); ok {
+		c.log.Warn("damaged chunk; reporting it to the MDS for repair", "extent", extent, "chunk", index, "ost", ost, "err", err, "suppressed", n)
+	}
 	if r.mu.running {
 		return
 	}

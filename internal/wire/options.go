@@ -46,18 +46,26 @@ func ServeCreds(c *Creds) ServerOpt { return func(o *serverOpts) { o.creds = c }
 // ServeAuthorizer checks every call, unary and streaming, with a.
 func ServeAuthorizer(a Authorizer) ServerOpt { return func(o *serverOpts) { o.authorize = a } }
 
-func authorizeUnary(a Authorizer) grpc.UnaryServerInterceptor {
+// authorizeUnary checks each call with a, logging refusals to r (nil:
+// not logged; refusals.go).
+func authorizeUnary(a Authorizer, r *refusalLog) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := a(ctx, info.FullMethod); err != nil {
+			if r != nil {
+				r.call(ctx, info.FullMethod, err)
+			}
 			return nil, ToStatus(err)
 		}
 		return h(ctx, req)
 	}
 }
 
-func authorizeStream(a Authorizer) grpc.StreamServerInterceptor {
+func authorizeStream(a Authorizer, r *refusalLog) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		if err := a(ss.Context(), info.FullMethod); err != nil {
+			if r != nil {
+				r.call(ss.Context(), info.FullMethod, err)
+			}
 			return ToStatus(err)
 		}
 		return h(srv, ss)

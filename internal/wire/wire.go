@@ -14,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -178,9 +179,10 @@ func ServerOptions(opts ...ServerOpt) []grpc.ServerOption {
 	// everything after it and its log sees the final status.
 	unary := []grpc.UnaryServerInterceptor{traceIDUnaryServer(so.log), UnaryServerInterceptor}
 	stream := []grpc.StreamServerInterceptor{traceIDStreamServer(so.log)}
+	refusals := newRefusalLog(so.log) // refusals.go; nil without a logger
 	if so.authorize != nil {
-		unary = append(unary, authorizeUnary(so.authorize))
-		stream = append(stream, authorizeStream(so.authorize))
+		unary = append(unary, authorizeUnary(so.authorize, refusals))
+		stream = append(stream, authorizeStream(so.authorize, refusals))
 	}
 	out := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMsgSize),
@@ -198,7 +200,11 @@ func ServerOptions(opts ...ServerOpt) []grpc.ServerOption {
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if so.creds != nil {
-		out = append(out, grpc.Creds(so.creds.serverTransport()))
+		var tc credentials.TransportCredentials = so.creds.serverTransport()
+		if refusals != nil {
+			tc = loggedTransport{tc, refusals}
+		}
+		out = append(out, grpc.Creds(tc))
 	}
 	return out
 }
