@@ -176,6 +176,9 @@ func progressLine(j *mdspb.AdminJob) string {
 	if j.FailedChunks > 0 {
 		s += fmt.Sprintf(", %d failed", j.FailedChunks)
 	}
+	if j.Error != "" {
+		s += "; last error: " + j.Error
+	}
 	return s
 }
 
