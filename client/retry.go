@@ -151,6 +151,9 @@ func (c *Client) chunkIO(ctx context.Context, id uint32, wait bool, io func(ctx 
 			return err
 		}
 		if try == 0 {
+			// At once, with the OST's address asked again: its gRPC
+			// connection may be waiting out a reconnection backoff.
+			c.resetOSTBackoff(id)
 			continue
 		}
 		if !wait || c.opts.OSTRetry <= 0 {
