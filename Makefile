@@ -68,7 +68,10 @@ gpu-check:
 # of two clients' operations over SHOAL_RAFT_SEEDS seeds (default 20, from
 # SHOAL_RAFT_SEED, default 1; about 7 s each), with the same seeds the
 # linearizability check and the member crash test, and crashes a single MDS at
-# SHOAL_CRASH_POINTS points (default 1000) (docs/mds-raft.md).
+# SHOAL_CRASH_POINTS points (default 1000) (docs/mds-raft.md). It restarts
+# an OST, and the MDS, under writers and a reader over SHOAL_RESTART_SEEDS
+# seeds (default 10, from SHOAL_RESTART_SEED, default 1; about 15 s each)
+# (docs/reliability.md, "Server restarts under load").
 # It writes while one, two and three OSTs are down (killed or stopped) and
 # checks that they are widened once back, over SHOAL_NARROW_SEEDS seeds
 # (default 10, from SHOAL_NARROW_SEED, default 1; about 8 s each)
@@ -79,6 +82,7 @@ soak: deps
 	SHOAL_RAFT_SEEDS=$${SHOAL_RAFT_SEEDS:-20} $(GO) test -count=1 -timeout 0 -v -run 'TestRaftStorm|TestRaftLinearizable|TestRaftCrashMembers' ./test/
 	SHOAL_CRASH_POINTS=$${SHOAL_CRASH_POINTS:-1000} $(GO) test -count=1 -timeout 0 -v -run 'TestCrashStrictMem' ./mds/
 	SHOAL_NARROW_SEEDS=$${SHOAL_NARROW_SEEDS:-10} $(GO) test -count=1 -timeout 0 -v -run 'TestWritesWhileOSTsDown' ./test/
+	SHOAL_RESTART_SEEDS=$${SHOAL_RESTART_SEEDS:-10} $(GO) test -count=1 -timeout 0 -v -run 'TestOSTRestartUnderLoad|TestMDSRestartUnderLoad' ./test/
 
 # admin-spec runs the administration tests at the size the spec asks for
 # (docs/admin.md, "Tests"): the rebalance of 1 GiB in 128 files from 6 OSTs

@@ -69,6 +69,10 @@ type Options struct {
 	// NoDataPath starts the OSTs without their data path (as OSTs
 	// before it): clients read and write chunks over gRPC.
 	NoDataPath bool
+	// SameDataPort starts an OST again (StartOST) with its data path on
+	// the port it had, as an OST run with a fixed --data-listen does;
+	// by default it gets a new one.
+	SameDataPort bool
 	// MDSReplicas runs the MDS as a replicated group of this many
 	// members (docs/mds-raft.md), all in this process, member i on
 	// DIR/mds-i with its own address; OSTs, clients and mounts get the
@@ -121,6 +125,8 @@ type OST struct {
 	Addr   string
 	Server *ost.Server // nil while stopped
 	srv    *wire.Server
+
+	dataAddr string // the data path's address at the last start
 
 	// Capacity is the OST's ost.Options.Capacity (Options.OSTCapacity);
 	// a change takes effect at the next StartOST.
@@ -265,6 +271,8 @@ func (c *Cluster) StartOST(i int) error {
 		DirectIO: c.opts.DirectIO, Scrub: c.opts.Scrub, Creds: c.Creds(pki.RoleOST), Capacity: t.Capacity}
 	if c.opts.NoDataPath {
 		oo.DataListen = ost.DataListenOff
+	} else if c.opts.SameDataPort && t.dataAddr != "" {
+		oo.DataListen = t.dataAddr
 	}
 	if c.opts.Registry != nil {
 		oo.Registry = prometheus.WrapRegistererWith(prometheus.Labels{"ost": fmt.Sprint(i)}, c.opts.Registry)
@@ -283,6 +291,7 @@ func (c *Cluster) StartOST(i int) error {
 		return err
 	}
 	t.Server, t.srv, t.Addr = o, s, s.Addr()
+	t.dataAddr = o.DataAddr()
 	return nil
 }
 
@@ -449,6 +458,32 @@ func (c *Cluster) RestartMDS() {
 	if err := c.WaitOSTsUp(up); err != nil {
 		c.t.Fatalf("restart MDS: %v", err)
 	}
+}
+
+// StopMDS stops a single MDS as a clean shutdown does (calls in flight
+// finish), leaving the OSTs, clients and mounts running; StartSingleMDS
+// starts it again on the same directory and address. In between nothing
+// listens there. For a replicated MDS use KillMDS and StartMDS.
+func (c *Cluster) StopMDS() {
+	c.t.Helper()
+	if c.members != nil {
+		c.t.Fatal("StopMDS of a replicated MDS: use KillMDS")
+	}
+	if c.mdsSrv == nil {
+		return
+	}
+	c.mdsSrv.Stop(time.Second)
+	c.mds.Close()
+	c.mds, c.mdsSrv = nil, nil
+}
+
+// StartSingleMDS starts a single MDS that StopMDS stopped. Unlike
+// RestartMDS it does not wait for the OSTs to heartbeat (WaitOSTsUp does).
+func (c *Cluster) StartSingleMDS() error {
+	if c.members != nil || c.mdsSrv != nil {
+		return fmt.Errorf("StartSingleMDS: the MDS is running or replicated")
+	}
+	return c.startMDS()
 }
 
 // Stop stops everything. It is registered with t.Cleanup by Start.
