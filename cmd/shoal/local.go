@@ -32,6 +32,7 @@ type localFlags struct {
 	debug, allowOther, syncNamespace bool
 	insecure                         bool // plaintext: no CA, no certificates
 	wireCompression                  string
+	mdsWait                          time.Duration
 	worker                           workerFlags // the MDS's administration worker (servers.go)
 	scrub                            scrubFlags  // the OSTs' background scrub (servers.go)
 }
@@ -77,6 +78,7 @@ uses the same addresses again (the group knows its members by them).`,
 	dataListenFlag(cmd, &f.dataListen, "HOST:0 each OST serves its bulk data path (chunk reads and writes on framed TCP) on, a port each (default 127.0.0.1:0; \"off\": chunk I/O over gRPC only)")
 	syncNamespaceFlag(cmd, &f.syncNamespace)
 	wireCompressionFlag(cmd, &f.wireCompression)
+	mdsWaitFlag(cmd, &f.mdsWait)
 	allowOtherFlag(cmd, &f.allowOther)
 	addWorkerFlags(cmd, &f.worker)
 	addScrubFlags(cmd, &f.scrub)
@@ -218,7 +220,7 @@ func runLocal(g *globals, f *localFlags) error {
 	if err := os.MkdirAll(f.mount, 0o755); err != nil {
 		return err
 	}
-	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds, WireCompression: f.wireCompression})
+	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds, WireCompression: f.wireCompression, MDSRetry: mdsRetry(f.mdsWait)})
 	if err != nil {
 		return err
 	}

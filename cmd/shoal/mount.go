@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ import (
 func newMountCmd(g *globals) *cobra.Command {
 	var mdsAddr, metrics, mountpoint, wireCompression string
 	var debug, allowOther, syncNamespace bool
+	var mdsWait time.Duration
 	var tf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "mount [MOUNTPOINT]",
@@ -40,7 +42,7 @@ func newMountCmd(g *globals) *cobra.Command {
 			defer cancel()
 			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds, WireCompression: wireCompression})
+			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds, WireCompression: wireCompression, MDSRetry: mdsRetry(mdsWait)})
 			if err != nil {
 				return err
 			}
@@ -63,6 +65,7 @@ func newMountCmd(g *globals) *cobra.Command {
 	allowOtherFlag(cmd, &allowOther)
 	syncNamespaceFlag(cmd, &syncNamespace)
 	wireCompressionFlag(cmd, &wireCompression)
+	mdsWaitFlag(cmd, &mdsWait)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	cmd.Flags().StringVar(&mountpoint, "mountpoint", "", "directory to mount on (instead of the MOUNTPOINT argument, for config files)")
 	return configurable(cmd, append(mountChecks(), wireCompressionCheck)...)
@@ -73,6 +76,21 @@ func newMountCmd(g *globals) *cobra.Command {
 func wireCompressionFlag(cmd *cobra.Command, dst *string) {
 	cmd.Flags().StringVar(dst, "wire-compression", client.WireNone,
 		"compress chunk bytes on the data path with s2: none, s2 (to every OST), or auto (to OSTs not on loopback); for networks slower than the CPUs (docs/compression.md, \"Wire compression\")")
+}
+
+// mdsWaitFlag is --mds-wait of the commands that mount:
+// client.Options.MDSRetry.
+func mdsWaitFlag(cmd *cobra.Command, dst *time.Duration) {
+	cmd.Flags().DurationVar(dst, "mds-wait", client.DefaultMDSRetry,
+		"how long a file system call waits for an MDS that cannot be reached (stopped, restarting) before it fails with EIO; 0: it fails at once. A replicated MDS is waited for 30s (docs/reliability.md, \"Server restarts under load\")")
+}
+
+// mdsRetry is client.Options.MDSRetry for --mds-wait d.
+func mdsRetry(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1 // no wait; 0 would be the default
+	}
+	return d
 }
 
 // wireCompressionCheck checks --wire-compression.
