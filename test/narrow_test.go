@@ -30,6 +30,8 @@ import (
 // fail with the reason and EIO or ENOSPC. SHOAL_NARROW_SEEDS seeds (default
 // 1) from SHOAL_NARROW_SEED (default 1) choose the OSTs, kill or clean
 // stop, the sizes and the pauses; make soak runs several.
+// SHOAL_NARROW_VERBOSE=1 puts the servers' and clients' logs in the test
+// log.
 
 func narrowSeeds(t *testing.T) []uint64 {
 	n, first := 1, uint64(1)
