@@ -64,6 +64,14 @@ func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, mode,
 	return r.GetAttr(), err
 }
 
+// MknodIn makes a special file name in parent, as mknod(2): a FIFO, a
+// socket, or (for root) a block or character device with device number
+// rdev (Linux's st_rdev encoding). mode holds the type and permission bits.
+func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, mode, rdev, uid, gid uint32) (*mdspb.Attr, error) {
+	r, err := c.mds.Create(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: mode, Rdev: rdev, Uid: uid, Gid: gid, Exclusive: true})
+	return r.GetAttr(), err
+}
+
 // nsCtx marks ctx for an early reply to a namespace change when the
 // client asks for them (Options.EarlyNamespaceReplies).
 func (c *Client) nsCtx(ctx context.Context) context.Context {

@@ -315,24 +315,26 @@ func (n *node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 	return 0
 }
 
-// Allocate implements fallocate(2) modes 0 and FALLOC_FL_KEEP_SIZE. Shoal
-// cannot reserve space ahead of writes, so both only do what is visible:
-// mode 0 grows the file to off+size (the new bytes read as zeros), and
-// KEEP_SIZE does nothing. Doing so keeps posix_fallocate(3) from falling
-// back to writing zeros over the network. Other modes (punching holes,
-// zeroing, collapsing ranges) are not supported.
+// Allocate implements fallocate(2). Mode 0 grows the file to off+size
+// (the new bytes read as zeros; Shoal has no preallocation, so no space
+// is reserved) and KEEP_SIZE alone does nothing. Doing so keeps
+// posix_fallocate(3) from falling back to writing zeros over the network.
+// PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE (with or without KEEP_SIZE) take
+// the range out of the extent map: it reads as zeros, and extents no file
+// names any more are collected. Collapsing and inserting ranges are
+// EOPNOTSUPP.
 func (n *node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	ctx = n.m.detach(ctx)
 	h := handleOf(f)
 	if h == nil {
 		return syscall.EBADF
 	}
+	end := off + size
+	if end < off || end > uint64(client.MaxFileSize) {
+		return syscall.EFBIG
+	}
 	switch mode {
 	case 0:
-		end := off + size
-		if end < off || end > uint64(client.MaxFileSize) {
-			return syscall.EFBIG
-		}
 		if int64(end) <= h.of.f.Size() {
 			return 0
 		}
@@ -342,32 +344,71 @@ func (n *node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size
 		return 0
 	case unix.FALLOC_FL_KEEP_SIZE:
 		return 0
+	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE, unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE:
+		if err := h.of.f.Fallocate(ctx, mode, int64(off), int64(size)); err != nil {
+			return n.m.errno("fallocate", n.ino(), err)
+		}
+		return 0
 	}
 	return syscall.EOPNOTSUPP
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
-// whences itself). Holes are not tracked: the whole file is data.
+// whences itself) from the extent map: ranges no extent covers, punched
+// holes and the gaps of sparse writes, are holes.
 func (n *node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
 	ctx = n.m.detach(ctx)
-	var size int64
-	if h := handleOf(f); h != nil {
-		size = h.of.f.Size()
-	} else {
-		a, errno := n.getattr(ctx)
-		if errno != 0 {
-			return 0, errno
-		}
-		size = int64(a.GetSize())
+	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
+		return 0, syscall.EINVAL
 	}
-	if int64(off) < 0 || int64(off) >= size {
+	if int64(off) < 0 {
 		return 0, syscall.ENXIO
 	}
-	switch whence {
-	case unix.SEEK_DATA:
-		return off, 0
-	case unix.SEEK_HOLE:
-		return uint64(size), 0
+	file := n.m.openFile(n.ino())
+	if h := handleOf(f); h != nil {
+		file = h.of.f
 	}
-	return 0, syscall.EINVAL
+	if file == nil {
+		of, err := n.m.acquire(ctx, n.ino())
+		if err != nil {
+			return 0, n.m.errno("lseek", n.ino(), err)
+		}
+		defer n.m.release(ctx, of)
+		file = of.f
+	}
+	pos, err := file.SeekHole(int64(off), whence == unix.SEEK_HOLE)
+	if errors.Is(err, io.EOF) {
+		return 0, syscall.ENXIO
+	}
+	if err != nil {
+		return 0, n.m.errno("lseek", n.ino(), err)
+	}
+	return uint64(pos), 0
+}
+
+// CopyFileRange implements copy_file_range(2) between files of this mount
+// as an extent clone at the MDS (client.CopyRange): no data moves, so a
+// copy of a checkpoint takes milliseconds and no new space, and later
+// writes to either file do not show in the other. A short count at the
+// source's end is the copy's end, as for a local file system.
+func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	ctx = n.m.detach(ctx)
+	if flags != 0 {
+		return 0, syscall.EINVAL
+	}
+	in, dst := handleOf(fhIn), handleOf(fhOut)
+	if in == nil || dst == nil {
+		return 0, syscall.EBADF
+	}
+	// The reply counts bytes in 32 bits; the kernel asks again for the
+	// rest. Keep to whole MiB so each call stays aligned.
+	length = min(length, 1<<31)
+	if int64(offIn) < 0 || int64(offOut) < 0 || offOut+length < offOut || offOut+length > uint64(client.MaxFileSize) {
+		return 0, syscall.EFBIG
+	}
+	copied, err := n.m.c.CopyRange(ctx, in.of.f, int64(offIn), dst.of.f, int64(offOut), int64(length))
+	if err != nil {
+		return 0, n.m.errno("copy_file_range", n.ino(), err)
+	}
+	return uint32(copied), 0
 }

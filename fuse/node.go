@@ -335,8 +335,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 	return n.newChild(ctx, a, out), 0
 }
 
-// Mknod creates a regular file, FIFO or socket. Device nodes are refused
-// with EPERM, as mknod(2) does on a file system without them.
+// Mknod creates a regular file, FIFO, socket, or block or character
+// device node (its device number kept by the MDS and returned as st_rdev;
+// opening it opens the device, unless the mount has nodev).
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
@@ -346,14 +347,13 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	case 0, syscall.S_IFREG:
 		a, err = n.m.c.CreateIn(ctx, n.ino(), name, mode, uid, gid, true)
 	case syscall.S_IFIFO, syscall.S_IFSOCK:
-		// The client has no wrapper for these; the MDS Create takes them.
-		var r *mdspb.AttrReply
-		r, err = n.m.c.MDS().Create(ctx, &mdspb.CreateRequest{
-			Parent: n.ino(), Name: []byte(name), Mode: mode, Uid: uid, Gid: gid, Exclusive: true,
-		})
-		a = r.GetAttr()
+		a, err = n.m.c.MknodIn(ctx, n.ino(), name, mode, 0, uid, gid)
+	case syscall.S_IFBLK, syscall.S_IFCHR:
+		// The kernel let only a caller with CAP_MKNOD this far; the MDS
+		// checks the caller is root.
+		a, err = n.m.c.MknodIn(ctx, n.ino(), name, mode, dev, uid, gid)
 	default:
-		return nil, syscall.EPERM
+		return nil, syscall.EINVAL
 	}
 	a, errno := n.m.attrOf("mknod", n.ino(), a, err)
 	if errno != 0 {

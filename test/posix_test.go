@@ -433,8 +433,8 @@ func posixSparse(t *testing.T, e posixEnv) {
 }
 
 // posixFallocate: mode 0 grows the file with zeros, KEEP_SIZE keeps the
-// size, and modes that change data (punching holes, zeroing) are not
-// supported.
+// size, and the modes that move data (collapsing and inserting ranges) are
+// not supported. Punching holes and zeroing: TestPosixHolesAndCopies.
 func posixFallocate(t *testing.T, e posixEnv) {
 	f, err := os.Create(e.in("f"))
 	must(t, err)
@@ -460,8 +460,8 @@ func posixFallocate(t *testing.T, e posixEnv) {
 	if s := size(); s != 3<<20+5 {
 		t.Errorf("fallocate KEEP_SIZE: size %d, want %d", s, 3<<20+5)
 	}
-	wantErrno(t, "fallocate PUNCH_HOLE|KEEP_SIZE", unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 4096), syscall.EOPNOTSUPP)
-	wantErrno(t, "fallocate ZERO_RANGE", unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, 0, 4096), syscall.EOPNOTSUPP)
+	wantErrno(t, "fallocate COLLAPSE_RANGE", unix.Fallocate(fd, unix.FALLOC_FL_COLLAPSE_RANGE, 0, 1<<20), syscall.EOPNOTSUPP)
+	wantErrno(t, "fallocate INSERT_RANGE", unix.Fallocate(fd, unix.FALLOC_FL_INSERT_RANGE, 0, 1<<20), syscall.EOPNOTSUPP)
 	mustEqual(t, "data after refused modes", pread(t, f, 10, 0), []byte("0123456789"))
 	// On unflushed writes: a fallocate below the buffered end changes
 	// nothing.
