@@ -300,31 +300,40 @@ func rowsLen(g layout.Geometry, r0, r1 int64) int64 {
 // into their places in out (padding past the data of a partial row is not
 // read). When any fails, the parity chunks are read too and the missing
 // cells are rebuilt from any k chunks. When fewer than k chunks can be
-// reached it tries again, with backoff, for up to Options.OSTRetry
-// (OSTs restarting; retry.go).
+// reached it tries again, with backoff, while at least k of the extent's
+// OSTs are counted up and for up to Options.OSTRetry (OSTs restarting;
+// retry.go).
 func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) error {
 	var deadline time.Time
+	final := c.opts.OSTRetry <= 0
 	for backoff := retryMinBackoff; ; backoff = min(2*backoff, retryMaxBackoff) {
-		err := c.readRowsOnce(ctx, ext, r0, r1, out)
-		if err == nil || !errors.Is(err, errs.ErrUnavailable) || ctx.Err() != nil || c.opts.OSTRetry <= 0 {
+		err := c.readRowsOnce(ctx, ext, r0, r1, out, final)
+		if err == nil || !errors.Is(err, errs.ErrUnavailable) || ctx.Err() != nil || final {
 			return err
+		}
+		if !c.mayRecover(ext) {
+			// Too few of its OSTs are up, not restarting: a last try,
+			// which logs the failure.
+			final = true
+			continue
 		}
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(c.opts.OSTRetry)
-			c.log.Warn("too few chunks reachable: the read waits for OSTs", "extent", ext.GetId(), "wait", c.opts.OSTRetry, "err", err)
-		}
-		if !now.Before(deadline) {
-			return err
+			if ok, n := c.rep.logs.Allow("read waits"); ok { // readlog.go
+				c.log.Warn("too few chunks reachable: the read waits for OSTs", "extent", ext.GetId(), "wait", c.opts.OSTRetry, "err", err, "suppressed", n)
+			}
 		}
 		if err := sleepCtx(ctx, min(backoff, deadline.Sub(now))); err != nil {
 			return err
 		}
+		final = !time.Now().Before(deadline)
 	}
 }
 
-// readRowsOnce is one try of readRows.
-func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) error {
+// readRowsOnce is one try of readRows; only the final one logs a failure
+// for too few chunks.
+func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte, final bool) error {
 	g, err := extentGeom(ext)
 	if err != nil {
 		return err
@@ -395,7 +404,9 @@ func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int
 			}
 		}
 		err := fmt.Errorf("extent %d: %d of %d chunks readable, need %d: %w (%w)", ext.GetId(), present, lo.Shards(), lo.K, errs.ErrUnavailable, errors.Join(all...))
-		c.logUnreadable(ext, present, errsByChunk, err) // readlog.go
+		if final {
+			c.logUnreadable(ext, present, errsByChunk, err) // readlog.go
+		}
 		return err
 	}
 	coder, err := c.coder(lo)

@@ -19,9 +19,10 @@ package client
 // is back well within the MDS's heartbeat timeout, and one that is not
 // back by then is counted down, the write fails and its extent goes to
 // another placement. A read does not wait for one chunk, which parity
-// rebuilds; it waits, for the same OSTRetry, only when too few chunks are
-// readable to rebuild the bytes (readRows). Both are idempotent: a chunk
-// write stores the same bytes under the same name.
+// rebuilds; it waits, for the same OSTRetry and while at least k of the
+// extent's OSTs are counted up, only when too few chunks are readable to
+// rebuild the bytes (readRows). Both are idempotent: a chunk write stores
+// the same bytes under the same name.
 //
 // Each outage is logged when the first call starts waiting for the
 // server and when the server answers again (outages), not once per call.
@@ -189,6 +190,21 @@ func (c *Client) ostUp(id uint32) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.mu.ostUp[id]
+}
+
+// mayRecover reports whether at least k of ext's OSTs were up when the
+// MDS was last asked: a read that found too few of its chunks may then
+// succeed once they answer again (restarting OSTs).
+func (c *Client) mayRecover(ext *mdspb.Extent) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	up := 0
+	for _, id := range ext.GetOsts() {
+		if id != 0 && c.mu.ostUp[id] {
+			up++
+		}
+	}
+	return up >= int(ext.GetLayout().GetK())
 }
 
 // resetOSTBackoff makes the gRPC connection to OST id reconnect at once
