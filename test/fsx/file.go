@@ -65,6 +65,9 @@ const (
 	fGrow
 	fFalloc
 	fFallocKeep
+	fPunch
+	fZero
+	fCopy
 	fFsync
 	fFdatasync
 	fReopen
@@ -76,6 +79,7 @@ func (c *checker) fileStep() string {
 	w[fWrite], w[fFarWrite], w[fAppend], w[fRead] = 18, 2, 6, 18
 	w[fMmapRead], w[fMmapWrite] = 3, 3
 	w[fShrink], w[fGrow], w[fFalloc], w[fFallocKeep] = 4, 2, 2, 2
+	w[fPunch], w[fZero], w[fCopy] = 2, 1, 2
 	w[fFsync], w[fFdatasync], w[fReopen] = 2, 2, 6
 	if c.cfg.NoMmap {
 		w[fMmapRead], w[fMmapWrite] = 0, 0
@@ -105,6 +109,8 @@ func (c *checker) fileStep() string {
 		can = func(s slot) bool { return s.readable() && size > 0 }
 	case fMmapWrite:
 		can = func(s slot) bool { return s.readable() && s.writable() && size > 0 }
+	case fCopy:
+		can = func(s slot) bool { return s.readable() && s.writable() && !s.appends() && size > 0 }
 	case fReopen:
 		can = func(slot) bool { return true }
 	default:
@@ -158,6 +164,23 @@ func (c *checker) fileStep() string {
 			mode = unix.FALLOC_FL_KEEP_SIZE
 		}
 		return c.fallocate(k, mode, off, n)
+	case fPunch, fZero:
+		off := c.rng.Int64N(size + int64(c.cfg.MaxLen))
+		n := 1 + c.rng.Int64N(int64(2*c.cfg.MaxLen))
+		mode := uint32(unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE)
+		if op == fZero {
+			mode = unix.FALLOC_FL_ZERO_RANGE
+			if c.rng.IntN(2) == 0 {
+				mode |= unix.FALLOC_FL_KEEP_SIZE
+			}
+			n = min(n, max(1, c.cfg.FarSize-off))
+		}
+		return c.fallocate(k, mode, off, n)
+	case fCopy:
+		src := c.rng.Int64N(size)
+		n := 1 + c.rng.Int64N(int64(2*c.cfg.MaxLen))
+		dst := c.rng.Int64N(size + int64(c.cfg.MaxLen))
+		return c.copyRange(k, src, dst, n)
 	case fFsync:
 		return c.sync(k, false)
 	case fFdatasync:
@@ -274,15 +297,40 @@ func (c *checker) truncate(k int, size int64) string {
 func (c *checker) fallocate(k int, mode uint32, off, n int64) string {
 	old := c.refSize(k)
 	name := "fallocate"
+	switch {
+	case mode&unix.FALLOC_FL_PUNCH_HOLE != 0:
+		name = "punch-hole"
+	case mode&unix.FALLOC_FL_ZERO_RANGE != 0:
+		name = "zero-range"
+	}
 	if mode&unix.FALLOC_FL_KEEP_SIZE != 0 {
-		name = "fallocate-keep-size"
+		name += "-keep-size"
 	}
 	r := c.logf(name, "slot %d off %d len %d (size %d)", k, off, n, old)
-	if mode == 0 && off+n > old {
+	switch {
+	case mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_ZERO_RANGE) != 0:
+		r.path, r.lo, r.hi = c.slots[k].path, off, off+n
+	case mode == 0 && off+n > old:
 		r.path, r.lo, r.hi = c.slots[k].path, old, off+n
 	}
 	if msg := c.do(func(s *side) outcome {
 		return outcome{err: unix.Fallocate(fd(s.files[k]), mode, off, n)}
+	}); msg != "" {
+		return msg
+	}
+	return c.checkSize(k)
+}
+
+// copyRange is copy_file_range(2) of n bytes at src to dst within the
+// file of slot k (overlapping ranges are EINVAL on both sides; a range
+// past the end copies less).
+func (c *checker) copyRange(k int, src, dst, n int64) string {
+	r := c.logf("copy-range", "slot %d from %d to %d len %d (size %d)", k, src, dst, n, c.refSize(k))
+	r.path, r.lo, r.hi = c.slots[k].path, dst, dst+n
+	if msg := c.do(func(s *side) outcome {
+		in, out := src, dst
+		w, err := unix.CopyFileRange(fd(s.files[k]), &in, fd(s.files[k]), &out, int(n), 0)
+		return outcome{err: err, n: int64(w)}
 	}); msg != "" {
 		return msg
 	}

@@ -31,7 +31,8 @@ type Mode int
 const (
 	// File: one file behind several descriptors at once: writes near and
 	// far beyond the end (sparse), O_APPEND writes, reads (past the end
-	// too), ftruncate up and down, fallocate (mode 0 and KEEP_SIZE), mmap
+	// too), ftruncate up and down, fallocate (mode 0, KEEP_SIZE, punched
+	// holes and zeroed ranges), copy_file_range within the file, mmap
 	// reads and shared mmap writes with msync, fsync, fdatasync, and
 	// close/reopen with O_APPEND or O_TRUNC.
 	File Mode = iota
