@@ -49,12 +49,11 @@ type reqSlot struct {
 	replied bool
 }
 
-// requestSlot returns the call's request id slot when the MDS is
-// replicated and the method takes part in deduplication.
+// requestSlot returns the call's request id slot when the method takes
+// part in deduplication. A single MDS deduplicates too: its clients
+// resend a call the MDS may have applied before it went down
+// (client.Options.MDSRetry).
 func (s *Server) requestSlot(ctx context.Context) *reqSlot {
-	if s.raft == nil {
-		return nil
-	}
 	sl, _ := ctx.Value(reqIDKey{}).(*reqSlot)
 	return sl
 }

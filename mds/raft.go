@@ -771,7 +771,7 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 	ov := r.ov
 	beforeLen, beforeCount := len(ov.Repr()), ov.Count()
 	t := &txn{s: s, b: ov, now: s.now(), inodes: make(map[uint64]*cachedInode), refs: make(map[uint64]*refDelta)}
-	err := r.runTxn(t, reqID, fn)
+	err := runTxn(t, reqID, fn)
 	if err != nil || ov.Count() == beforeCount {
 		if ov.Count() != beforeCount {
 			if rerr := r.rebuildOverlay(); rerr != nil {

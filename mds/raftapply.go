@@ -24,12 +24,13 @@ import (
 const requestTTL = 2 * time.Minute
 
 // runTxn runs fn in t, with the request id check and record, and flushes.
-// The record ("q" key) goes into the mutation's own batch, so into the
-// same Raft entry, with the answer fn recorded (txn.setReply): a retry
-// that finds it gets that answer back (errDuplicate carries it), whatever
-// happened to the names since. Only a txn that wrote something records
-// its id (t.b is the overlay, which holds other proposals too).
-func (r *replica) runTxn(t *txn, reqID string, fn func(t *txn) error) error {
+// The record ("q" key) goes into the mutation's own batch (so, in a
+// replicated MDS, into the same Raft entry), with the answer fn recorded
+// (txn.setReply): a retry that finds it gets that answer back
+// (errDuplicate carries it), whatever happened to the names since. Only a
+// txn that wrote something records its id (in a replica t.b is the
+// overlay, which holds other proposals too).
+func runTxn(t *txn, reqID string, fn func(t *txn) error) error {
 	if reqID != "" {
 		if v, err := getValue(t.b, reqKey(reqID)); err == nil {
 			reply, ok := decodeReqValue(v)

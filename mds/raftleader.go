@@ -77,9 +77,6 @@ func (r *replica) formatReplicated() {
 
 // expireRequests deletes request ids past their expiry (GC round).
 func (s *Server) expireRequests(now int64) error {
-	if s.raft == nil {
-		return nil
-	}
 	var keys [][]byte
 	err := scanRange(s.db, []byte{prefixReqExp}, u64([]byte{prefixReqExp}, uint64(now)), func(k, _ []byte) (bool, error) {
 		keys = append(keys, append([]byte(nil), k...))

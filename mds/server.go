@@ -326,15 +326,14 @@ func formatBatch(b *pebble.Batch, now int64, layout *mdspb.Layout) error {
 	return err
 }
 
-// Register registers the Mds service on g, and for a replicated MDS the
-// Peer service of its group (the same address serves both).
+// Register registers the Mds service on g (with request-id
+// deduplication, dedup.go), and for a replicated MDS the Peer service of
+// its group (the same address serves both).
 func (s *Server) Register(g *grpc.Server) {
-	if s.raft == nil {
-		mdspb.RegisterMdsServer(g, s)
-		return
-	}
 	g.RegisterService(s.serviceDesc(), s)
-	peerpb.RegisterPeerServer(g, &peerService{s: s})
+	if s.raft != nil {
+		peerpb.RegisterPeerServer(g, &peerService{s: s})
+	}
 }
 
 // Close stops the GC loop, closes OST connections and closes Pebble. RPCs

@@ -29,7 +29,7 @@ type txn struct {
 	refs    map[uint64]*refDelta
 	inoDiff int64 // change of the "inodes" counter
 
-	// reqID is the request id of a replicated mutation (runTxn); reply
+	// reqID is the request id of the mutation (runTxn); reply
 	// is the answer it recorded for a retry (setReply), if replied.
 	reqID   string
 	reply   []byte
@@ -55,11 +55,28 @@ func (s *Server) update(fn func(t *txn) error) error {
 	if s.raft != nil {
 		return s.raft.propose(context.Background(), "", fn)
 	}
-	committed, err := s.apply(fn)
+	return s.updateID(nil, fn)
+}
+
+// updateID is update for a call with request id slot sl (nil: none): a
+// retry of a mutation that was applied is not applied again; sl learns
+// that, and the recorded answer (dedup.go).
+func (s *Server) updateID(sl *reqSlot, fn func(t *txn) error) error {
+	committed, err := s.apply(sl, fn)
 	if err != nil || !committed {
 		return err
 	}
 	return s.wal.sync(s.db)
+}
+
+// noteDup tells sl (nil: none) that err, when errDuplicate, found its
+// mutation applied, and the answer recorded then.
+func noteDup(sl *reqSlot, err error) {
+	var de *dupError
+	if errors.As(err, &de) && sl != nil {
+		sl.dup = true
+		sl.reply, sl.replied = de.reply, de.replied
+	}
 }
 
 // updateFor is update for a namespace call: when the caller asked for an
@@ -79,17 +96,14 @@ func (s *Server) updateFor(ctx context.Context, fn func(t *txn) error) error {
 			id = sl.id
 		}
 		err := s.raft.propose(ctx, id, fn)
-		var de *dupError
-		if errors.As(err, &de) && sl != nil {
-			sl.dup = true
-			sl.reply, sl.replied = de.reply, de.replied
-		}
+		noteDup(sl, err)
 		return err
 	}
+	sl := s.requestSlot(ctx)
 	if !earlyReply(ctx) {
-		return s.update(fn)
+		return s.updateID(sl, fn)
 	}
-	committed, err := s.apply(fn)
+	committed, err := s.apply(sl, fn)
 	if err != nil || !committed {
 		return err
 	}
@@ -105,7 +119,7 @@ func (s *Server) updateSynced(ctx context.Context, fn func(t *txn) error) error 
 	if s.raft != nil {
 		return s.updateFor(ctx, fn)
 	}
-	return s.update(fn)
+	return s.updateID(s.requestSlot(ctx), fn)
 }
 
 func earlyReply(ctx context.Context) bool {
@@ -118,8 +132,9 @@ func earlyReply(ctx context.Context) bool {
 }
 
 // apply runs fn and commits its batch without waiting for the WAL sync,
-// under the mutation lock. It reports whether anything was written.
-func (s *Server) apply(fn func(t *txn) error) (bool, error) {
+// under the mutation lock, recording sl's request id with it (runTxn). It
+// reports whether anything was written.
+func (s *Server) apply(sl *reqSlot, fn func(t *txn) error) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := &txn{
@@ -128,10 +143,12 @@ func (s *Server) apply(fn func(t *txn) error) (bool, error) {
 		refs:   make(map[uint64]*refDelta),
 	}
 	defer t.b.Close()
-	if err := fn(t); err != nil {
-		return false, err
+	id := ""
+	if sl != nil {
+		id = sl.id
 	}
-	if err := t.flush(); err != nil {
+	if err := runTxn(t, id, fn); err != nil {
+		noteDup(sl, err)
 		return false, err
 	}
 	if t.b.Empty() {
