@@ -162,8 +162,14 @@ class Shoal:
         if device is None:
             device = "cuda" if self.backend == "cuda" else "cpu"
         h = self.header(path)
-        buf = torch.empty(max(h["data_len"], 1), dtype=torch.uint8, device=device)
-        rep = self.read_into(path, buf.data_ptr(), h["data_len"], h["data_start"]) if h["data_len"] else {}
+        n = h["data_len"]
+        # Direct reads need the buffer's address and the file offset to
+        # agree modulo 4 KiB. Shoal keeps headers as they were written, so
+        # the data region may start on any 8-byte boundary: place it so.
+        whole = torch.empty(max(n, 1) + 4096, dtype=torch.uint8, device=device)
+        pad = (h["data_start"] - whole.data_ptr()) % 4096
+        buf = whole[pad:pad + max(n, 1)]
+        rep = self.read_into(path, buf.data_ptr(), n, h["data_start"]) if n else {}
         out = {}
         for t in h["tensors"]:
             dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
