@@ -86,7 +86,10 @@ func (s *Server) run(ctx context.Context, cli mdspb.MdsClient, registered chan<-
 	for backoff := minBackoff; ; backoff = min(2*backoff, maxBackoff) {
 		err := s.register(ctx, cli)
 		if err == nil {
-			fl.ok(s.log, "registered with MDS", "ost", s.ID(), "mds", s.opts.MDSAddr)
+			// Always said: on a first start this is where the OST
+			// learns its id ("ost opened" could not name one).
+			s.log.Info("registered with MDS", "ost", s.ID(), "mds", s.opts.MDSAddr)
+			fl.failing = false
 			registered <- nil
 			break
 		}

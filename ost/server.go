@@ -178,9 +178,17 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		s.m.unregister()
 		return fail(err)
 	}
-	s.log.Info("ost opened", "ost", id, "dir", o.Dir, "uuid", s.uuid,
+	opened := []any{"dir", o.Dir, "uuid", s.uuid,
 		"chunks", st.chunks.Load(), "used", st.used.Load(), "data_addr", s.dataAddr,
-		"direct_writes", st.directWrites.Load(), "direct_reads", st.directReads.Load())
+		"direct_writes", st.directWrites.Load(), "direct_reads", st.directReads.Load()}
+	if id != 0 {
+		opened = append([]any{"ost", id}, opened...)
+	} else {
+		// A new OST: the MDS gives it its id at registration, which
+		// logs it ("registered with MDS").
+		opened = append(opened, "new", true)
+	}
+	s.log.Info("ost opened", opened...)
 	if rep.orphanSidecars > 0 {
 		s.log.Info("removed checksum sidecars of interrupted writes", "count", rep.orphanSidecars)
 	}
@@ -257,12 +265,24 @@ func (s *Server) space() (capacity, free uint64, err error) {
 	if err := syscall.Statfs(s.opts.Dir, &fs); err != nil {
 		return 0, 0, fmt.Errorf("ost: statfs %s: %w", s.opts.Dir, err)
 	}
-	capacity, free = fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
+	capacity, free = statfsSpace(&fs)
 	if limit := s.opts.Capacity; limit > 0 {
 		used := uint64(max(s.st.used.Load(), 0))
 		capacity, free = min(capacity, limit), min(free, limit-min(used, limit))
 	}
 	return capacity, free, nil
+}
+
+// statfsSpace is the size and free space of a file system as df(1)
+// counts them: used is what is not free (Bfree), available what an
+// unprivileged writer may still take (Bavail), and the size the sum of
+// the two. The blocks the disk reserves for root (Bfree - Bavail, 5% of
+// ext4 by default) are neither used nor available to Shoal, so they
+// count in neither, and (size - free) / size is df's Use%.
+func statfsSpace(fs *syscall.Statfs_t) (size, free uint64) {
+	bs := uint64(fs.Bsize)
+	used := (fs.Blocks - min(fs.Bfree, fs.Blocks)) * bs
+	return used + fs.Bavail*bs, fs.Bavail * bs
 }
 
 // fsID names the file system under Dir (device number and statfs f_fsid),

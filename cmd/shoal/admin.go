@@ -370,7 +370,7 @@ func adminDrainCmd(af *adminFlags) *cobra.Command {
 			return followJob(ctx, cmd.OutOrStdout(), af, stub, "drain")
 		},
 	}
-	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin drain status` follows it")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; 'shoal admin drain status' follows it")
 	cmd.AddCommand(jobSubcommands(af, "drain")...)
 	return cmd
 }
@@ -396,7 +396,7 @@ func adminRemoveCmd(af *adminFlags) *cobra.Command {
 			return setState(cmd, af, args[0], "removed", force)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "remove even though extents still have chunks there (they count as lost; run `shoal admin repair`)")
+	cmd.Flags().BoolVar(&force, "force", false, "remove even though extents still have chunks there (they count as lost; run 'shoal admin repair')")
 	return cmd
 }
 
@@ -445,7 +445,7 @@ func adminRepairCmd(af *adminFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&osts, "ost", nil, "OSTs to treat as lost (default: every OST down now)")
-	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin repair status` follows it")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; 'shoal admin repair status' follows it")
 	cmd.AddCommand(jobSubcommands(af, "repair")...)
 	return cmd
 }
@@ -485,7 +485,7 @@ func adminRebalanceCmd(af *adminFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "show the plan, move nothing")
 	cmd.Flags().Float64Var(&threshold, "threshold", 5, "target: every OST within this percentage of the mean")
 	cmd.Flags().StringVar(&bw, "max-bandwidth", "", "limit the chunk data written, e.g. 200MiB/s (default unlimited)")
-	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin rebalance status` follows it")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; 'shoal admin rebalance status' follows it")
 	cmd.AddCommand(jobSubcommands(af, "rebalance")...)
 	return cmd
 }
@@ -529,7 +529,7 @@ func adminScrubCmd(af *adminFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&rate, "rate", "", "read rate per OST for this pass, e.g. 500MiB/s (default: the OSTs')")
-	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; `shoal admin scrub status` follows it")
+	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; 'shoal admin scrub status' follows it")
 	cmd.AddCommand(jobSubcommands(af, "scrub")...)
 	return cmd
 }

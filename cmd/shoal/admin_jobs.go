@@ -61,7 +61,7 @@ func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
 	// --detach, as the job command's help promises: `status --detach`
 	// shows the job once.
 	status.Flags().BoolVar(&af.detach, "detach", false, "show the job once, without following it")
-	resume.Flags().BoolVar(&af.detach, "detach", false, "return once resumed; `shoal admin "+kind+" status` follows it")
+	resume.Flags().BoolVar(&af.detach, "detach", false, "return once resumed; 'shoal admin "+kind+" status' follows it")
 	return []*cobra.Command{status, stop, resume}
 }
 

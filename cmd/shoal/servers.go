@@ -73,8 +73,11 @@ func newMDSCmd(g *globals) *cobra.Command {
 			log.Info("MDS serving", "addr", srv.Addr(), "dir", dir)
 			serveOps(ctx, log, metrics, reg, mdsReady(m))
 			<-ctx.Done()
+			log.Info("MDS stopping", "addr", srv.Addr(), "why", context.Cause(ctx))
 			srv.Stop(5 * time.Second)
-			return nil
+			err = m.Close()
+			log.Info("MDS stopped", "addr", srv.Addr(), "err", err)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the MDS database (required)")
@@ -82,7 +85,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	cmd.Flags().Uint64Var(&id, "id", 0, "member id in a replicated MDS group (with --peers)")
 	cmd.Flags().StringVar(&peers, "peers", "", "initial members of the group: 1=ADDR1,2=ADDR2,3=ADDR3 (this member included; read on the first start only)")
-	cmd.Flags().BoolVar(&join, "join", false, "join an existing group as a new member (add it with `shoal admin mds add` first)")
+	cmd.Flags().BoolVar(&join, "join", false, "join an existing group as a new member (add it with 'shoal admin mds add' first)")
 	addTLSFlags(cmd, &tf)
 	cmd.Flags().StringSliceVar(&squash, "squash", nil, "certificate names (CN) of client nodes whose root is squashed; \"*\" for every client certificate (docs/security.md)")
 	cmd.Flags().Uint32Var(&squashUID, "squash-uid", 65534, "uid squashed root (or, with --squash-all, every uid) becomes")
@@ -150,8 +153,11 @@ func newOSTCmd(g *globals) *cobra.Command {
 			log.Info("OST serving", "addr", srv.Addr(), "data_addr", o.DataAddr(), "id", o.ID(), "dir", dir)
 			serveMetrics(ctx, log, metrics, reg)
 			<-ctx.Done()
+			log.Info("OST stopping", "ost", o.ID(), "addr", srv.Addr(), "why", context.Cause(ctx))
 			srv.Stop(5 * time.Second)
-			return o.Close()
+			err = o.Close()
+			log.Info("OST stopped", "ost", o.ID(), "err", err)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory holding the chunks (required)")
