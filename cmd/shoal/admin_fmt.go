@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Exit statuses of `shoal` (and of `shoal admin` in particular):
@@ -41,34 +43,88 @@ func exitCode(err error) int {
 	return exitFailed
 }
 
-// printJSON writes v as indented JSON: protos with protojson (field names
-// as in the .proto, zero values included), anything else with encoding/json.
+// printJSON writes v as indented JSON: protos as protojson writes them
+// (field names as in the .proto, zero values included) but with 64-bit
+// integers as numbers, anything else with encoding/json. protojson
+// writes int64 and uint64 as strings ("used": "29380608"), which a
+// script has to convert; a JSON number holds them exactly, and jq and
+// Python read them as integers.
 func printJSON(w io.Writer, v any) error {
 	if m, ok := v.(proto.Message); ok {
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
-		if err != nil {
-			return err
+		v = protoMap(m)
+		if v == nil {
+			return fmt.Errorf("json: cannot encode %T", m)
 		}
-		_, err = fmt.Fprintln(w, string(b))
-		return err
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
-// protoMap turns a proto into a generic JSON value, to embed it in a
-// bigger JSON document.
+// protoMap turns a proto into a generic JSON value, to print it or embed
+// it in a bigger JSON document, with 64-bit integers as numbers (see
+// printJSON). nil if it cannot be encoded.
 func protoMap(m proto.Message) any {
 	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		return nil
 	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
 	var v any
-	if json.Unmarshal(b, &v) != nil {
+	if d.Decode(&v) != nil {
 		return nil
 	}
-	return v
+	return numbers64(m.ProtoReflect().Descriptor(), v)
+}
+
+// numbers64 replaces, in v (the protojson form of a message of type md),
+// the strings of 64-bit integer fields with JSON numbers, in nested
+// messages, lists and map values too.
+func numbers64(md protoreflect.MessageDescriptor, v any) any {
+	obj, ok := v.(map[string]any)
+	if !ok || strings.HasPrefix(string(md.FullName()), "google.protobuf.") {
+		return v // well-known types have JSON forms of their own
+	}
+	fields := md.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		x, ok := obj[string(fd.Name())]
+		if !ok {
+			continue
+		}
+		one := func(fd protoreflect.FieldDescriptor, x any) any {
+			switch fd.Kind() {
+			case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+				protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+				if s, ok := x.(string); ok {
+					if _, err := strconv.ParseFloat(s, 64); err == nil {
+						return json.Number(s)
+					}
+				}
+			case protoreflect.MessageKind, protoreflect.GroupKind:
+				return numbers64(fd.Message(), x)
+			}
+			return x
+		}
+		switch {
+		case fd.IsList():
+			if l, ok := x.([]any); ok {
+				for j := range l {
+					l[j] = one(fd, l[j])
+				}
+			}
+		case fd.IsMap():
+			if mv, ok := x.(map[string]any); ok {
+				for k := range mv {
+					mv[k] = one(fd.MapValue(), mv[k])
+				}
+			}
+		default:
+			obj[string(fd.Name())] = one(fd, x)
+		}
+	}
+	return obj
 }
 
 // humanBytes formats n with binary units: 1.5 GiB.
