@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -46,26 +47,10 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 				if err := widthErr(ctx, c.MDS(), to); err != nil {
 					return err
 				}
-				var bar *progressbar.ProgressBar
-				if !af.json && isTerminal(os.Stderr) {
-					bar = progressbar.NewOptions64(int64(a.GetSize()),
-						progressbar.OptionSetWriter(os.Stderr),
-						progressbar.OptionSetDescription("migrate"),
-						progressbar.OptionShowBytes(true),
-						progressbar.OptionSetPredictTime(true),
-						progressbar.OptionFullWidth(),
-						progressbar.OptionThrottle(200*time.Millisecond))
-				}
+				prog := newMigrateProgress(os.Stderr, a.GetSize(), !af.json && isTerminal(os.Stderr), af.json)
 				t0 := time.Now()
-				res, err := c.Migrate(ctx, args[0], to, func(n int64) {
-					if bar != nil {
-						bar.Set64(n)
-					}
-				})
-				if bar != nil {
-					bar.Finish()
-					fmt.Fprintln(os.Stderr)
-				}
+				res, err := c.Migrate(ctx, args[0], to, prog.set)
+				prog.done(err == nil && !res.Unchanged)
 				if err != nil {
 					return err
 				}
@@ -90,4 +75,72 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 	lf.register(cmd, " (default: the file's)")
 	comp.register(cmd) // --compress: rewrite the file compressed (docs/compression.md)
 	return cmd
+}
+
+// migrateProgress shows a migration's progress on stderr: a bar on a
+// terminal, else a plain line every few seconds (a log or a pipe gets no
+// carriage returns), nothing with --json. Nothing is drawn before the
+// first byte is copied, so a migration with nothing to do shows no bar
+// and no rate.
+type migrateProgress struct {
+	w     io.Writer
+	size  int64
+	tty   bool
+	quiet bool
+	bar   *progressbar.ProgressBar
+	t0    time.Time
+	last  time.Time // of the last plain line
+	n     int64
+}
+
+// migrateLineEvery is how often a plain progress line is written.
+const migrateLineEvery = 5 * time.Second
+
+func newMigrateProgress(w io.Writer, size uint64, tty, quiet bool) *migrateProgress {
+	now := time.Now()
+	return &migrateProgress{w: w, size: int64(size), tty: tty, quiet: quiet, t0: now, last: now}
+}
+
+func (p *migrateProgress) set(n int64) {
+	p.n = n
+	if p.quiet || n <= 0 {
+		return
+	}
+	if p.tty {
+		if p.bar == nil {
+			p.bar = progressbar.NewOptions64(p.size,
+				progressbar.OptionSetWriter(p.w),
+				progressbar.OptionSetDescription("migrate"),
+				progressbar.OptionShowBytes(true),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionFullWidth(),
+				progressbar.OptionThrottle(200*time.Millisecond))
+		}
+		p.bar.Set64(n)
+		return
+	}
+	if now := time.Now(); now.Sub(p.last) >= migrateLineEvery {
+		p.last = now
+		p.line(now)
+	}
+}
+
+func (p *migrateProgress) line(now time.Time) {
+	pct := 100.0
+	if p.size > 0 {
+		pct = float64(p.n) / float64(p.size) * 100
+	}
+	fmt.Fprintf(p.w, "migrate: %s of %s copied (%.0f%%), %s/s\n", humanBytes(uint64(p.n)), humanBytes(uint64(p.size)), pct,
+		humanBytes(uint64(float64(p.n)/max(now.Sub(p.t0).Seconds(), 0.001))))
+}
+
+// done ends the display; copied says the migration copied data.
+func (p *migrateProgress) done(copied bool) {
+	switch {
+	case p.bar != nil:
+		p.bar.Finish()
+		fmt.Fprintln(p.w)
+	case copied && !p.quiet && !p.tty && p.last != p.t0:
+		p.line(time.Now()) // the last line says 100%
+	}
 }
