@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -197,16 +198,29 @@ func (c *Client) resolve(ctx context.Context, p string) (*mdspb.Attr, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range parts {
+	for i, name := range parts {
 		if !IsDir(a) {
-			return nil, fmt.Errorf("%s: %w", p, errs.ErrNotDir)
+			return nil, fmt.Errorf("not a directory: /%s: %w", strings.Join(parts[:i], "/"), errs.ErrNotDir)
 		}
 		if a, err = c.Lookup(ctx, a.GetIno(), name); err != nil {
+			if errors.Is(err, errs.ErrNotFound) {
+				return nil, &NotFoundError{Path: "/" + strings.Join(parts[:i+1], "/")}
+			}
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	return a, nil
 }
+
+// NotFoundError is a path with a name that is not there: Path, from the
+// root, ends at the first name missing. It is errs.ErrNotFound, and says
+// so as ls would, without the MDS's inode numbers or keys.
+type NotFoundError struct{ Path string }
+
+func (e *NotFoundError) Error() string { return "no such file or directory: " + e.Path }
+
+// Is makes errors.Is(err, errs.ErrNotFound) hold.
+func (e *NotFoundError) Is(target error) bool { return target == errs.ErrNotFound }
 
 // resolveParent returns the directory holding p and p's last name.
 func (c *Client) resolveParent(ctx context.Context, p string) (uint64, string, error) {

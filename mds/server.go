@@ -405,7 +405,8 @@ type reader interface {
 func getValue(r reader, key []byte) ([]byte, error) {
 	v, c, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("key %x: %w", key, errs.ErrNotFound)
+		// No key in the message: it reaches users (issue 18).
+		return nil, errs.ErrNotFound
 	}
 	if err != nil {
 		return nil, err

@@ -225,7 +225,7 @@ func runLocal(g *globals, f *localFlags) error {
 		return err
 	}
 	defer c.Close()
-	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug, AllowOther: f.allowOther,
+	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug, AllowOther: f.allowOther, FsName: mountSource(mdsAddr),
 		Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "fuse"}, reg)})
 	if err != nil {
 		return err

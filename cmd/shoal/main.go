@@ -53,7 +53,9 @@ func newRoot() *cobra.Command {
 		if p := append(logLevel(cmd, args), logFormat(cmd, args)...); len(p) > 0 {
 			return fmt.Errorf("%s", strings.Join(p, "; "))
 		}
-		return nil
+		// Paths under a Shoal mount, made paths inside the file
+		// system (mountpath.go).
+		return pathsThroughMounts(cmd, args)
 	}
 	root.AddCommand(newMDSCmd(g), newOSTCmd(g), newMountCmd(g), newLocalCmd(g), newBenchCmd(g), newAdminCmd(g))
 	root.AddCommand(newCkptCmd(g))

@@ -47,7 +47,7 @@ func newMountCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther, Registry: reg})
+			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther, Registry: reg, FsName: mountSource(mdsAddr)})
 			if err != nil {
 				return err
 			}
