@@ -95,8 +95,21 @@ func (s *Server) Health(ctx context.Context, req *mdspb.HealthRequest) (_ *mdspb
 			}
 			return true, ctx.Err()
 		})
-		if err != nil || req.GetMaxFiles() == 0 || len(damage) == 0 {
+		if err != nil {
 			return err
+		}
+		osts, err := registeredOsts(r)
+		if err != nil {
+			return err
+		}
+		out.Osts = uint32(osts)
+		if osts > 0 { // none yet: status says so
+			if out.WideLayouts, err = wideLayouts(ctx, r, s.o.DefaultLayout, &s.o.Placement, osts); err != nil {
+				return err
+			}
+		}
+		if req.GetMaxFiles() == 0 || len(damage) == 0 {
+			return nil
 		}
 		out.Files, err = damagedFiles(ctx, r, damage, int(min(req.GetMaxFiles(), maxHealthFiles)))
 		return err

@@ -183,6 +183,15 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 			if err := t.b.Set(ostUUIDKey(uuid), u32(nil, id), nil); err != nil {
 				return err
 			}
+			// A first MDS's root layout fits the OSTs registered
+			// (layout_fit.go): this one, and those before it.
+			before, err := registeredOsts(t.b)
+			if err != nil {
+				return err
+			}
+			if err := fitRoot(t, s.o.DefaultLayout, before+1); err != nil {
+				return err
+			}
 		default:
 			return err
 		}
@@ -258,5 +267,5 @@ func (s *Server) ListOsts(ctx context.Context, req *mdspb.ListOstsRequest) (_ *m
 		return nil, err
 	}
 	defer done(&err)
-	return &mdspb.ListOstsReply{Osts: s.listOsts(), NarrowExtents: s.narrowCount()}, nil
+	return &mdspb.ListOstsReply{Osts: s.listOsts(), NarrowExtents: s.narrowCount(), MinParity: uint32(s.o.Placement.MinParity)}, nil
 }

@@ -247,17 +247,17 @@ func TestOstRegistry(t *testing.T) {
 	}
 	st, err := e.c.StatFs(ctx, &mdspb.StatFsRequest{})
 	wantErr(t, "statfs", err, nil)
-	// StatFs reports file bytes under the root's RS 4+2 layout: 4/6 of
-	// raw. The free space of OSTs without room for a cell (full) does not
-	// count.
-	if st.OstsUp != 3 || st.OstsTotal != 3 || st.TotalBytes != (1000+100+1<<40)/6*4 || st.FreeBytes != (1<<40)/6*4 || st.Files != 1 {
+	// StatFs reports file bytes under the root's layout, RS 2+1 on a
+	// new file system of 3 OSTs (layout_fit.go): 2/3 of raw. The free
+	// space of OSTs without room for a cell (full) does not count.
+	if st.OstsUp != 3 || st.OstsTotal != 3 || st.TotalBytes != (1000+100+1<<40)/3*2 || st.FreeBytes != (1<<40)/3*2 || st.Files != 1 {
 		t.Fatalf("statfs %v", st)
 	}
 	// OSTs on one file system are counted once.
 	e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[0], Capacity: 1000, Free: 400, FsId: "disk-a"})
 	e.c.Heartbeat(ctx, &mdspb.HeartbeatRequest{Id: ids[1], Capacity: 1000, Free: 400, FsId: "disk-a"})
 	st, _ = e.c.StatFs(ctx, &mdspb.StatFsRequest{})
-	if st.TotalBytes != (1000+1<<40)/6*4 {
+	if st.TotalBytes != (1000+1<<40)/3*2 {
 		t.Fatalf("statfs with a shared file system: %v", st)
 	}
 

@@ -271,6 +271,7 @@ func printStripe(w io.Writer, af *adminFlags, r stripeReport) error {
 
 func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 	var lf layoutFlags
+	var force bool
 	var comp compressFlags
 	cmd := &cobra.Command{
 		Use:   "setstripe PATH",
@@ -299,9 +300,16 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 				if l.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
 					return err
 				}
-				if err := widthErr(ctx, c.MDS(), l); err != nil {
-					// Allowed (OSTs may be added later), but said.
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v: writes will fail or be degraded until there are enough\n", err)
+				// A layout the OSTs cannot hold: refused unless --force
+				// (OSTs may be added later); narrow, said (issue 18).
+				refuse, narrow := fitErr(ctx, c.MDS(), l)
+				switch {
+				case refuse != nil && !force:
+					return fmt.Errorf("%w (--force sets it anyway)", refuse)
+				case refuse != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v until there are enough (set with --force)\n", refuse)
+				case narrow != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", narrow)
 				}
 				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: l})
 				if err != nil {
@@ -313,6 +321,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 	}
 	lf.register(cmd, "")
 	comp.register(cmd)
+	cmd.Flags().BoolVar(&force, "force", false, "set a layout wider than the OSTs registered can hold (writes there fail until OSTs are added)")
 	return cmd
 }
 

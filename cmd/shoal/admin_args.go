@@ -133,3 +133,31 @@ func widthErr(ctx context.Context, mds mdspb.MdsClient, l *mdspb.Layout) error {
 	}
 	return nil
 }
+
+// fitErr says whether setstripe may give a directory layout l (issue
+// 18): refuse is set when no file created there could be written (fewer
+// OSTs registered than k + min(min-parity, m), the chunks a write must
+// place); narrow when its files would be written narrow and never
+// widened (fewer than k+m). Both nil when it fits or the OSTs cannot be
+// listed.
+func fitErr(ctx context.Context, mds mdspb.MdsClient, l *mdspb.Layout) (refuse, narrow error) {
+	r, err := mds.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	if err != nil {
+		return nil, nil
+	}
+	n := 0
+	for _, o := range r.GetOsts() {
+		if o.GetState() != "removed" {
+			n++
+		}
+	}
+	w := int(l.GetK() + l.GetM())
+	need := int(l.GetK() + min(r.GetMinParity(), l.GetM()))
+	switch {
+	case need > n:
+		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there", l.GetK(), l.GetM(), need, r.GetMinParity(), n), nil
+	case w > n:
+		return nil, fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts): its files are written narrow, with %d parity chunks, until there are enough", l.GetK(), l.GetM(), w, n, n-int(l.GetK()))
+	}
+	return nil, nil
+}

@@ -99,6 +99,10 @@ type statusData struct {
 	Unreadable      uint64       `json:"unreadable_extents"`
 	BadChunksQueued uint64       `json:"bad_chunks_queued"`
 	Files           []statusFile `json:"damaged_files"`
+	// Layouts are the directories whose layout is wider than the Osts
+	// registered (admin_status_layout.go).
+	Layouts []statusLayout `json:"wide_layouts,omitempty"`
+	Osts    uint32         `json:"osts_registered"`
 }
 
 // statusFiles is how many damaged files status names.
@@ -242,7 +246,7 @@ func (af *adminFlags) gatherStatus(ctx context.Context) (*statusReport, error) {
 	}
 	if h, err := stub.Health(ctx, &mdspb.HealthRequest{MaxFiles: statusFiles}); err == nil {
 		d := &statusData{Extents: h.GetExtents(), Degraded: h.GetDegradedExtents(), Unreadable: h.GetUnreadableExtents(),
-			BadChunksQueued: h.GetBadChunksQueued()}
+			BadChunksQueued: h.GetBadChunksQueued(), Layouts: statusLayouts(h), Osts: h.GetOsts()}
 		for _, f := range h.GetFiles() {
 			d.Files = append(d.Files, statusFile{Ino: f.GetIno(), Path: f.GetPath(), Damage: f.GetDamage(), Extents: f.GetExtents()})
 		}
@@ -347,6 +351,7 @@ func (rep *statusReport) judge() {
 	}
 	rep.judgeSpace() // admin_status_space.go
 	rep.judgeData()
+	rep.judgeLayouts() // admin_status_layout.go
 	rep.judgeJobs()
 	rep.Reasons = append(append([]string{}, rep.err...), rep.warn...)
 	switch {
@@ -473,6 +478,7 @@ func printStatus(w io.Writer, rep *statusReport) error {
 				fmt.Fprintf(w, "    %s (%s, %d extents)\n", name, f.Damage, f.Extents)
 			}
 		}
+		printLayouts(w, rep)
 	}
 	if len(rep.Jobs) == 0 {
 		fmt.Fprintln(w, "\nJobs: none")

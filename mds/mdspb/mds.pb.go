@@ -2690,6 +2690,9 @@ type ListOstsReply struct {
 	// the MDS widens to their full placement when OSTs can take them
 	// (docs/reliability.md, "Writes while OSTs are down or full").
 	NarrowExtents uint64 `protobuf:"varint,2,opt,name=narrow_extents,json=narrowExtents,proto3" json:"narrow_extents,omitempty"`
+	// min_parity is the MDS's placement option (--min-parity): a write
+	// needs k + min(min_parity, m) OSTs that can take a chunk.
+	MinParity     uint32 `protobuf:"varint,3,opt,name=min_parity,json=minParity,proto3" json:"min_parity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2734,6 +2737,13 @@ func (x *ListOstsReply) GetOsts() []*OstInfo {
 func (x *ListOstsReply) GetNarrowExtents() uint64 {
 	if x != nil {
 		return x.NarrowExtents
+	}
+	return 0
+}
+
+func (x *ListOstsReply) GetMinParity() uint32 {
+	if x != nil {
+		return x.MinParity
 	}
 	return 0
 }
@@ -5360,8 +5370,14 @@ type HealthReply struct {
 	UnreadableExtents uint64                 `protobuf:"varint,3,opt,name=unreadable_extents,json=unreadableExtents,proto3" json:"unreadable_extents,omitempty"` // with more than m chunks on down or removed OSTs
 	BadChunksQueued   uint64                 `protobuf:"varint,4,opt,name=bad_chunks_queued,json=badChunksQueued,proto3" json:"bad_chunks_queued,omitempty"`     // reported bad, waiting for their rebuild
 	Files             []*DamagedFile         `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`                                                   // files of unreadable extents first, then degraded ones
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// wide_layouts are the directories whose layout is wider than the OSTs
+	// registered (removed ones aside): their new files cannot be written
+	// (unplaceable) or only narrow, never widened. Not bounded by
+	// max_files; at most 1000.
+	WideLayouts   []*WideLayout `protobuf:"bytes,6,rep,name=wide_layouts,json=wideLayouts,proto3" json:"wide_layouts,omitempty"`
+	Osts          uint32        `protobuf:"varint,7,opt,name=osts,proto3" json:"osts,omitempty"` // the OSTs registered, removed ones aside
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HealthReply) Reset() {
@@ -5427,6 +5443,106 @@ func (x *HealthReply) GetFiles() []*DamagedFile {
 		return x.Files
 	}
 	return nil
+}
+
+func (x *HealthReply) GetWideLayouts() []*WideLayout {
+	if x != nil {
+		return x.WideLayouts
+	}
+	return nil
+}
+
+func (x *HealthReply) GetOsts() uint32 {
+	if x != nil {
+		return x.Osts
+	}
+	return 0
+}
+
+// WideLayout is a directory whose layout needs more OSTs than the
+// cluster has.
+type WideLayout struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"` // "" when it has no name left
+	K             uint32                 `protobuf:"varint,3,opt,name=k,proto3" json:"k,omitempty"`
+	M             uint32                 `protobuf:"varint,4,opt,name=m,proto3" json:"m,omitempty"`
+	Need          uint32                 `protobuf:"varint,5,opt,name=need,proto3" json:"need,omitempty"`               // OSTs a write needs: k + min(min_parity, m)
+	Unplaceable   bool                   `protobuf:"varint,6,opt,name=unplaceable,proto3" json:"unplaceable,omitempty"` // need > osts: every write of a new file there fails
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WideLayout) Reset() {
+	*x = WideLayout{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WideLayout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WideLayout) ProtoMessage() {}
+
+func (x *WideLayout) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WideLayout.ProtoReflect.Descriptor instead.
+func (*WideLayout) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *WideLayout) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *WideLayout) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WideLayout) GetK() uint32 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *WideLayout) GetM() uint32 {
+	if x != nil {
+		return x.M
+	}
+	return 0
+}
+
+func (x *WideLayout) GetNeed() uint32 {
+	if x != nil {
+		return x.Need
+	}
+	return 0
+}
+
+func (x *WideLayout) GetUnplaceable() bool {
+	if x != nil {
+		return x.Unplaceable
+	}
+	return false
 }
 
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
@@ -5610,10 +5726,12 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x16\n" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12\x13\n" +
 	"\x05fs_id\x18\a \x01(\tR\x04fsId\"\x11\n" +
-	"\x0fListOstsRequest\"a\n" +
+	"\x0fListOstsRequest\"\x80\x01\n" +
 	"\rListOstsReply\x12)\n" +
 	"\x04osts\x18\x01 \x03(\v2\x15.shoal.mds.v1.OstInfoR\x04osts\x12%\n" +
-	"\x0enarrow_extents\x18\x02 \x01(\x04R\rnarrowExtents\"c\n" +
+	"\x0enarrow_extents\x18\x02 \x01(\x04R\rnarrowExtents\x12\x1d\n" +
+	"\n" +
+	"min_parity\x18\x03 \x01(\rR\tminParity\"c\n" +
 	"\x0fSetXattrRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x14\n" +
@@ -5812,13 +5930,23 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\aextents\x18\x03 \x01(\x04R\aextents\x12\x16\n" +
 	"\x06damage\x18\x04 \x01(\tR\x06damage\",\n" +
 	"\rHealthRequest\x12\x1b\n" +
-	"\tmax_files\x18\x01 \x01(\rR\bmaxFiles\"\xde\x01\n" +
+	"\tmax_files\x18\x01 \x01(\rR\bmaxFiles\"\xaf\x02\n" +
 	"\vHealthReply\x12\x18\n" +
 	"\aextents\x18\x01 \x01(\x04R\aextents\x12)\n" +
 	"\x10degraded_extents\x18\x02 \x01(\x04R\x0fdegradedExtents\x12-\n" +
 	"\x12unreadable_extents\x18\x03 \x01(\x04R\x11unreadableExtents\x12*\n" +
 	"\x11bad_chunks_queued\x18\x04 \x01(\x04R\x0fbadChunksQueued\x12/\n" +
-	"\x05files\x18\x05 \x03(\v2\x19.shoal.mds.v1.DamagedFileR\x05files*5\n" +
+	"\x05files\x18\x05 \x03(\v2\x19.shoal.mds.v1.DamagedFileR\x05files\x12;\n" +
+	"\fwide_layouts\x18\x06 \x03(\v2\x18.shoal.mds.v1.WideLayoutR\vwideLayouts\x12\x12\n" +
+	"\x04osts\x18\a \x01(\rR\x04osts\"\x84\x01\n" +
+	"\n" +
+	"WideLayout\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\f\n" +
+	"\x01k\x18\x03 \x01(\rR\x01k\x12\f\n" +
+	"\x01m\x18\x04 \x01(\rR\x01m\x12\x12\n" +
+	"\x04need\x18\x05 \x01(\rR\x04need\x12 \n" +
+	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\f\n" +
@@ -5914,7 +6042,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -5997,6 +6125,7 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*DamagedFile)(nil),          // 78: shoal.mds.v1.DamagedFile
 	(*HealthRequest)(nil),        // 79: shoal.mds.v1.HealthRequest
 	(*HealthReply)(nil),          // 80: shoal.mds.v1.HealthReply
+	(*WideLayout)(nil),           // 81: shoal.mds.v1.WideLayout
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -6032,99 +6161,100 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	70, // 30: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
 	73, // 31: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
 	78, // 32: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
-	16, // 33: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 34: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 35: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	19, // 36: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	19, // 37: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	20, // 38: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	17, // 39: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	22, // 40: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	23, // 41: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 42: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	25, // 43: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	26, // 44: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	28, // 45: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	30, // 46: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	32, // 47: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	34, // 48: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	35, // 49: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	36, // 50: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	38, // 51: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	39, // 52: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	41, // 53: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	42, // 54: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	44, // 55: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	46, // 56: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	47, // 57: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	49, // 58: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	49, // 59: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	51, // 60: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	53, // 61: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	55, // 62: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	55, // 63: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 64: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	59, // 65: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	61, // 66: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	62, // 67: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	63, // 68: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	64, // 69: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	64, // 70: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	63, // 71: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	72, // 72: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	75, // 73: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	71, // 74: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	77, // 75: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	79, // 76: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
-	15, // 77: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 78: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 79: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 80: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 81: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 82: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 83: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 84: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 85: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	14, // 86: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	14, // 87: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	27, // 88: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	29, // 89: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	31, // 90: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	33, // 91: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 92: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 93: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	37, // 94: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 95: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	40, // 96: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 97: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	43, // 98: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	45, // 99: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 100: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	48, // 101: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	50, // 102: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 103: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	52, // 104: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 105: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	56, // 106: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	57, // 107: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 108: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	60, // 109: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 110: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 111: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	65, // 112: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 113: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 114: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	68, // 115: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	74, // 116: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	76, // 117: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 118: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 119: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	80, // 120: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
-	77, // [77:121] is the sub-list for method output_type
-	33, // [33:77] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	81, // 33: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
+	16, // 34: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 35: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 36: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	19, // 37: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	19, // 38: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	20, // 39: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	17, // 40: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	22, // 41: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	23, // 42: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 43: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	25, // 44: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	26, // 45: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	28, // 46: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	30, // 47: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	32, // 48: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	34, // 49: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	35, // 50: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	36, // 51: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	38, // 52: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	39, // 53: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	41, // 54: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	42, // 55: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	44, // 56: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	46, // 57: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	47, // 58: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	49, // 59: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	49, // 60: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	51, // 61: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	53, // 62: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	55, // 63: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	55, // 64: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 65: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	59, // 66: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	61, // 67: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	62, // 68: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	63, // 69: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	64, // 70: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	64, // 71: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	63, // 72: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	72, // 73: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	75, // 74: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	71, // 75: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	77, // 76: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	79, // 77: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	15, // 78: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 79: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 80: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 81: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 82: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 83: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 84: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 85: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 86: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	14, // 87: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	14, // 88: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	27, // 89: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	29, // 90: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	31, // 91: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	33, // 92: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 93: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 94: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	37, // 95: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 96: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	40, // 97: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 98: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	43, // 99: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	45, // 100: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 101: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	48, // 102: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	50, // 103: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 104: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	52, // 105: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 106: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	56, // 107: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	57, // 108: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 109: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	60, // 110: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 111: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 112: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	65, // 113: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 114: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 115: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	68, // 116: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	74, // 117: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	76, // 118: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 119: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 120: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	80, // 121: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	78, // [78:122] is the sub-list for method output_type
+	34, // [34:78] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -6138,7 +6268,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   75,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
