@@ -45,9 +45,8 @@ func newLocalCmd(g *globals) *cobra.Command {
 		Short: "Run an all-in-one cluster (one MDS, N OSTs) on a local directory, optionally mounted",
 		Long: `shoal local runs one MDS and N OSTs in one process, each OST on its own
 subdirectory of --dir, and mounts the file system at --mount when given.
-It writes the MDS address to DIR/mds.addr, and DIR/env sets everything
-other commands need (SHOAL_MDS and the administrator's certificate): . DIR/env.
-A restart on the same --dir listens on the same port again when it is free. Ctrl-C unmounts and stops; running it again on
+It writes the MDS address to DIR/mds.addr, so that other commands can use
+--mds $(cat DIR/mds.addr). Ctrl-C unmounts and stops; running it again on
 the same --dir shows the same files.
 
 Every connection is mutual TLS (the data path included), with a CA of its
@@ -173,11 +172,7 @@ func runLocal(g *globals, f *localFlags) error {
 			return err
 		}
 		defer m.Close()
-		// The port of the last run when it is free (stableListen).
-		msrv, err := wire.Listen(stableListen(f.dir, f.listen), m.Register, serveOpts...)
-		if err != nil {
-			msrv, err = wire.Listen(f.listen, m.Register, serveOpts...)
-		}
+		msrv, err := wire.Listen(f.listen, m.Register, serveOpts...)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", f.listen, err)
 		}
@@ -185,9 +180,6 @@ func runLocal(g *globals, f *localFlags) error {
 		mdsAddr = msrv.Addr()
 	}
 	if err := os.WriteFile(filepath.Join(f.dir, "mds.addr"), []byte(mdsAddr+"\n"), 0o644); err != nil {
-		return err
-	}
-	if err := writeLocalEnv(f.dir, mdsAddr, lc); err != nil {
 		return err
 	}
 
@@ -221,9 +213,9 @@ func runLocal(g *globals, f *localFlags) error {
 		what, mdsAddr, filepath.Join(f.dir, "mds.addr"), f.osts, f.dir, lo)
 	insecure := ""
 	if lc != nil {
-		fmt.Printf("mutual TLS, CA in %s; other commands, as administrator: . %s\n", lc.dir, filepath.Join(f.dir, localEnvFile))
+		fmt.Printf("mutual TLS, CA in %s; other commands, as administrator: . %s\n", lc.dir, filepath.Join(lc.dir, envFile))
 	} else {
-		fmt.Printf("PLAINTEXT (--insecure); other commands need --insecure (or SHOAL_INSECURE=1; . %s sets it)\n", filepath.Join(f.dir, localEnvFile))
+		fmt.Printf("PLAINTEXT (--insecure); other commands need --insecure (or SHOAL_INSECURE=1)\n")
 		insecure = " --insecure"
 	}
 	if f.mount == "" {
