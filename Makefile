@@ -6,12 +6,20 @@ PKGS    := ./...
 DATA    ?= ./data
 MNT     ?= ./mnt
 
-.PHONY: all build deps test test-short generate check-generate lint bench local clean gpu-check
+PREFIX  ?= /usr/local
+
+.PHONY: all build install deps test test-short generate check-generate lint bench local clean gpu-check
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shoal
+
+# install copies bin/shoal to $(PREFIX)/bin (default /usr/local/bin), so
+# that `shoal` is on PATH: make install PREFIX=$$HOME/.local without root.
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/shoal
 
 # deps installs the system packages Shoal needs (fuse3), when missing.
 deps:
