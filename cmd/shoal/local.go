@@ -31,6 +31,7 @@ type localFlags struct {
 	unit                             int64
 	debug, allowOther, syncNamespace bool
 	insecure                         bool // plaintext: no CA, no certificates
+	layoutSet                        bool // --k or --m given: no fitting to --osts
 	wireCompression                  string
 	mdsWait                          time.Duration
 	worker                           workerFlags // the MDS's administration worker (servers.go)
@@ -45,8 +46,9 @@ func newLocalCmd(g *globals) *cobra.Command {
 		Long: `shoal local runs one MDS and N OSTs in one process, each OST on its own
 subdirectory of --dir, and mounts the file system at --mount when given.
 It writes the MDS address to DIR/mds.addr, and DIR/env sets everything
-other commands need (SHOAL_MDS and the administrator's certificate): . DIR/env.
-A restart on the same --dir listens on the same port again when it is free. Ctrl-C unmounts and stops; running it again on
+other commands need (SHOAL_MDS and the administrator's certificate):
+. DIR/env. A restart on the same --dir listens on the same port again when
+it is free. Ctrl-C unmounts and stops; running it again on
 the same --dir shows the same files.
 
 Every connection is mutual TLS (the data path included), with a CA of its
@@ -63,6 +65,7 @@ uses the same addresses again (the group knows its members by them).`,
 			if p := append(workerChecks(cmd, args), scrubChecks(cmd, args)...); len(p) > 0 {
 				return errors.New(strings.Join(p, "; "))
 			}
+			f.layoutSet = cmd.Flags().Changed("k") || cmd.Flags().Changed("m")
 			return runLocal(g, f)
 		},
 	}
@@ -92,6 +95,12 @@ func runLocal(g *globals, f *localFlags) error {
 	lo := layout.Layout{K: f.k, M: f.m, Unit: f.unit}
 	if err := lo.Validate(); err != nil {
 		return err
+	}
+	if f.osts < lo.Shards() && !f.layoutSet {
+		// The default fits the OSTs, as a first MDS fits its root's
+		// (docs/deploy.md, "How many OSTs a layout needs").
+		fl := mds.FitLayout(&mdspb.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)}, f.osts)
+		lo.K, lo.M = int(fl.K), int(fl.M)
 	}
 	if f.osts < lo.Shards() {
 		return fmt.Errorf("%d OSTs cannot hold %v: need at least %d", f.osts, lo, lo.Shards())
