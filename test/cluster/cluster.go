@@ -40,6 +40,9 @@ type Options struct {
 	SyncNamespace bool
 	// Log to the test log (noisy); default discards.
 	Verbose bool
+	// Logger of every server and client, for tests that read the logs
+	// (each line has proc=mds, ost-N, client or fuse); Verbose aside.
+	Logger *slog.Logger
 	// AllowOther mounts with allow_other, so that tests can act as other
 	// users (setpriv) on mounts made by root.
 	AllowOther bool
@@ -149,6 +152,9 @@ func Start(t testing.TB, o Options) *Cluster {
 		o.Dir = t.TempDir()
 	}
 	c := &Cluster{t: t, opts: o, Dir: o.Dir, log: slog.New(slog.DiscardHandler)}
+	if o.Logger != nil {
+		c.log = o.Logger
+	}
 	if o.Verbose {
 		c.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
