@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -315,6 +316,14 @@ func ckptShow(g *globals, f *ckptFlags) *cobra.Command {
 				return err
 			}
 			defer done()
+			// A job or step that is not there says so, without the hint
+			// about manifests (issue 18).
+			if _, err := sess.s.Stat(ctx, args[0], step); err != nil {
+				if jobs, jerr := sess.s.Jobs(ctx); jerr == nil && !slices.Contains(jobs, args[0]) {
+					return fmt.Errorf("ckpt: there is no job %q (shoal ckpt ls lists the jobs)", args[0])
+				}
+				return err
+			}
 			m, in, err := sess.s.Manifest(ctx, args[0], step)
 			if err != nil {
 				return fmt.Errorf("%w (a checkpoint written through the mount gets its manifest from 'shoal ckpt verify')", err)
@@ -501,10 +510,15 @@ func ckptPin(g *globals, f *ckptFlags) *cobra.Command {
 				return err
 			}
 			defer done()
+			what, op := "pinned", sess.s.Pin
 			if unpin {
-				return sess.s.Unpin(ctx, args[0], step)
+				what, op = "unpinned", sess.s.Unpin
 			}
-			return sess.s.Pin(ctx, args[0], step)
+			if err := op(ctx, args[0], step); err != nil {
+				return err
+			}
+			fmt.Printf("%s %s step %d\n", what, args[0], step)
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&unpin, "unpin", false, "remove the pin")
@@ -719,6 +733,14 @@ func ckptGC(g *globals, f *ckptFlags) *cobra.Command {
 		Use:   "gc [JOB...]",
 		Short: "Remove what dead saves and interrupted deletes left (all jobs by default)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case stale < 0:
+				return fmt.Errorf("--stale-after %v: want 0 or more", stale)
+			case stale == 0:
+				// Honoured: every staging directory counts as stale
+				// (the library's 0 is its default).
+				stale = time.Nanosecond
+			}
 			ctx, sess, done, err := f.session(g, ckpt.Options{StaleAfter: stale})
 			if err != nil {
 				return err
@@ -742,11 +764,17 @@ func ckptGC(g *globals, f *ckptFlags) *cobra.Command {
 				for _, n := range rep.Trash {
 					fmt.Printf("%s: removed %s\n", j, n)
 				}
+				if err == nil && len(rep.Staging)+len(rep.Trash) == 0 {
+					fmt.Printf("%s: nothing to collect\n", j)
+				}
+			}
+			if len(jobs) == 0 {
+				fmt.Println("no jobs: nothing to collect")
 			}
 			return errors.Join(errsOut...)
 		},
 	}
-	cmd.Flags().DurationVar(&stale, "stale-after", 15*time.Minute, "a staging directory unchanged this long belongs to a dead save")
+	cmd.Flags().DurationVar(&stale, "stale-after", 15*time.Minute, "a staging directory unchanged this long belongs to a dead save (0: every one; only when no save runs)")
 	return cmd
 }
 
@@ -773,6 +801,8 @@ func ckptPrune(g *globals, f *ckptFlags) *cobra.Command {
 				ckptJSON(deleted)
 			} else if len(deleted) > 0 {
 				fmt.Printf("deleted steps %v\n", deleted)
+			} else if err == nil {
+				fmt.Printf("%s: nothing to delete (the policy or pins keep every step)\n", args[0])
 			}
 			return err
 		},
