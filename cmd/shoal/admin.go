@@ -486,7 +486,11 @@ func adminRebalanceCmd(af *adminFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printPlan(cmd.OutOrStdout(), af, p)
+				if err := printPlan(cmd.OutOrStdout(), af, p); err != nil || af.json || p.Moves > 0 {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), noMovesReason(p, threshold))
+				return nil
 			}
 			return startAndFollow(cmd, af, req)
 		},
@@ -497,6 +501,17 @@ func adminRebalanceCmd(af *adminFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; 'shoal admin rebalance status' follows it")
 	cmd.AddCommand(jobSubcommands(af, "rebalance")...)
 	return cmd
+}
+
+// noMovesReason says why a plan has no moves (issue 18: "imbalance
+// 14.0% -> 14.0%" and 0 moves, above the threshold, said nothing).
+func noMovesReason(p *mdspb.RebalancePlan, threshold float64) string {
+	if p.ImbalancePct <= threshold {
+		return fmt.Sprintf("nothing to move: the imbalance %.1f%% is within --threshold %g%%", p.ImbalancePct, threshold)
+	}
+	return fmt.Sprintf("nothing to move, though the imbalance %.1f%% is above --threshold %g%%: no chunk move lowers it. "+
+		"A chunk moves only to an OST in service that holds no other chunk of its extent (with as many OSTs as k+m, each already holds one chunk of every extent), "+
+		"and only when the move brings the fullest and emptiest OSTs closer", p.ImbalancePct, threshold)
 }
 
 func printPlan(w io.Writer, af *adminFlags, p *mdspb.RebalancePlan) error {

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/mds/peerpb"
 )
 
@@ -60,6 +63,18 @@ func (af *adminFlags) memberStatus(ctx context.Context) ([]*peerpb.Member, error
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		st, err := peerpb.NewPeerClient(cc).Status(cctx, &peerpb.StatusRequest{})
 		cancel()
+		if status.Code(err) == codes.Unimplemented {
+			// No Raft group there: a single MDS, when it serves the
+			// namespace (issue 18: this printed "unreachable ...
+			// Unimplemented").
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, lerr := mdspb.NewMdsClient(cc).ListOsts(cctx, &mdspb.ListOstsRequest{})
+			cancel()
+			if lerr == nil {
+				out = append(out, &peerpb.Member{Addr: addr, Role: "standalone"})
+				continue
+			}
+		}
 		if err != nil {
 			out = append(out, &peerpb.Member{Addr: addr, Role: "unreachable", Error: wire.FromStatus(err).Error()})
 			continue
@@ -133,6 +148,10 @@ func adminMdsStatusCmd(af *adminFlags) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDR\tROLE\tTERM\tAPPLIED\tCOMMIT\tLEADER")
+			if len(ms) == 1 && ms[0].GetRole() == "standalone" {
+				fmt.Printf("a single MDS at %s, not a replicated group (docs/mds-raft.md)\n", ms[0].GetAddr())
+				return nil
+			}
 			for _, m := range ms {
 				if m.GetError() != "" {
 					fmt.Fprintf(tw, "-\t%s\tunreachable\t-\t-\t-\t-\t(%s)\n", m.GetAddr(), m.GetError())
