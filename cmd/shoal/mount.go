@@ -56,7 +56,9 @@ func newMountCmd(g *globals) *cobra.Command {
 				return err
 			})
 			fmt.Printf("shoal mounted at %s (MDS %s); Ctrl-C unmounts\n", mountpoint, mdsAddr)
-			return waitUnmount(log, m)
+			err = waitUnmount(log, m)
+			log.Info("mount stopped", "mountpoint", mountpoint, "err", err)
+			return err
 		},
 	}
 	mdsFlag(cmd, &mdsAddr)
