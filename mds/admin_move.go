@@ -135,6 +135,33 @@ func (s *Server) switchPlacements(ready []movedExtent, keys map[uint64][][]byte)
 // switchPlacement switches one extent in t; false if it changed.
 func (t *txn) switchPlacement(me movedExtent, keys [][]byte, grace time.Duration) (bool, error) {
 	id := me.old.Id
+	ok, err := t.replacePlacement(me.old, keys, "move", func(osts []uint32) {
+		for _, m := range me.moves {
+			osts[m.index] = m.to
+		}
+	})
+	if !ok || err != nil {
+		return false, err
+	}
+	for _, m := range me.moves {
+		if err := t.b.Delete(moveKey(id, m.index), nil); err != nil {
+			return false, err
+		}
+		if err := t.b.Set(retireKey(t.now+int64(grace), id, m.index), u32(nil, m.from), nil); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// replacePlacement gives extent old the placement change makes of a copy
+// of its own, in t: its "r" record and every extent-map entry naming it,
+// which must all be among keys. It reports false, changing nothing, when
+// the extent is no longer referenced, its placement is no longer old's,
+// or an entry naming it is not among keys (added since they were found):
+// the caller tries again later. what names the change in errors.
+func (t *txn) replacePlacement(old *mdspb.Extent, keys [][]byte, what string, change func(osts []uint32)) (bool, error) {
+	id := old.Id
 	v, err := getValue(t.b, refKey(id))
 	if errors.Is(err, errs.ErrNotFound) {
 		return false, nil // no longer referenced: GC has it
@@ -150,21 +177,18 @@ func (t *txn) switchPlacement(me movedExtent, keys [][]byte, grace time.Duration
 	if err := proto.Unmarshal(body, cur); err != nil {
 		return false, fmt.Errorf("mds: decode extent %d: %v: %w", id, err, errs.ErrCorrupt)
 	}
-	if !slices.Equal(cur.Osts, me.old.Osts) {
+	if !slices.Equal(cur.Osts, old.Osts) {
 		return false, nil
 	}
 	newOsts := slices.Clone(cur.Osts)
-	for _, m := range me.moves {
-		newOsts[m.index] = m.to
-	}
+	change(newOsts)
 	seen := map[uint32]bool{}
 	for _, o := range newOsts {
 		if o != 0 && seen[o] { // 0: a narrow extent's unplaced slot (narrow.go)
-			return false, fmt.Errorf("mds: move of extent %d would put two chunks on OST %d: %w", id, o, errs.ErrInvalid)
+			return false, fmt.Errorf("mds: %s of extent %d would put two chunks on OST %d: %w", what, id, o, errs.ErrInvalid)
 		}
 		seen[o] = true
 	}
-	// Every map entry naming the extent must be among keys.
 	type hit struct {
 		key []byte
 		ref *mdspb.ExtentRef
@@ -182,10 +206,9 @@ func (t *txn) switchPlacement(me movedExtent, keys [][]byte, grace time.Duration
 		if err != nil {
 			return false, err
 		}
-		if r.Extent.GetId() != id {
-			continue
+		if r.Extent.GetId() == id {
+			hits = append(hits, hit{k, r})
 		}
-		hits = append(hits, hit{k, r})
 	}
 	if uint64(len(hits)) != count {
 		return false, nil
@@ -205,18 +228,7 @@ func (t *txn) switchPlacement(me movedExtent, keys [][]byte, grace time.Duration
 	if err != nil {
 		return false, err
 	}
-	if err := t.b.Set(refKey(id), encodePrefixed(count, nv), nil); err != nil {
-		return false, err
-	}
-	for _, m := range me.moves {
-		if err := t.b.Delete(moveKey(id, m.index), nil); err != nil {
-			return false, err
-		}
-		if err := t.b.Set(retireKey(t.now+int64(grace), id, m.index), u32(nil, m.from), nil); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
+	return true, t.b.Set(refKey(id), encodePrefixed(count, nv), nil)
 }
 
 // finishMoves settles MoveRecords left by an interrupted or refused move:

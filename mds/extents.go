@@ -177,6 +177,20 @@ func (t *txn) regularFile(ino uint64) (*mdspb.Inode, error) {
 	return n, nil
 }
 
+// fileData returns regular file ino for cl to read or write its data
+// (want: mayRead or mayWrite), by mode or as its owner: the rule of the
+// capabilities for its chunks; op names the call in a refusal.
+func (t *txn) fileData(cl caller, ino uint64, want uint32, op string) (*mdspb.Inode, error) {
+	n, err := t.regularFile(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !cl.mayData(n.Attr, want) {
+		return nil, cl.check(n.Attr, want, op)
+	}
+	return n, nil
+}
+
 // AllocExtents hands out count new extents for file ino, each with the
 // file's layout and a placement on distinct live OSTs not in
 // exclude_osts that have room for its chunks: k+m of them, or as few as
@@ -203,12 +217,9 @@ func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsReques
 	narrow := 0
 	err = s.update(func(t *txn) error {
 		out.Extents, placedBytes, narrow = nil, map[uint32]uint64{}, 0 // the function may run again
-		n, err := t.regularFile(req.GetIno())
+		n, err := t.fileData(cl, req.GetIno(), mayWrite, "alloc extents")
 		if err != nil {
 			return err
-		}
-		if !cl.mayData(n.Attr, mayWrite) {
-			return cl.check(n.Attr, mayWrite, "alloc extents")
 		}
 		layout := n.Attr.Layout
 		if layout == nil {
@@ -336,16 +347,13 @@ func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequ
 	}
 	var out *mdspb.AttrReply
 	err = s.updateSynced(ctx, func(t *txn) error {
-		n, err := t.regularFile(req.GetIno())
-		if err != nil {
-			return err
-		}
 		// The rule of AllocExtents: write permission, or the owner (who
 		// may write through a descriptor opened before a chmod, or a
 		// file it created 0444). The client commits with the identity
 		// of the file's opener, whom the kernel checked at open.
-		if !cl.mayData(n.Attr, mayWrite) {
-			return cl.check(n.Attr, mayWrite, "commit extents")
+		n, err := t.fileData(cl, req.GetIno(), mayWrite, "commit extents")
+		if err != nil {
+			return err
 		}
 		if len(req.GetExtents()) == 0 {
 			out = attrReply(n)

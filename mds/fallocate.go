@@ -45,12 +45,9 @@ func (s *Server) Fallocate(ctx context.Context, req *mdspb.FallocateRequest) (_ 
 	}
 	var out *mdspb.AttrReply
 	err = s.updateSynced(ctx, func(t *txn) error {
-		n, err := t.regularFile(req.GetIno())
+		n, err := t.fileData(cl, req.GetIno(), mayWrite, "fallocate")
 		if err != nil {
 			return err
-		}
-		if !cl.mayData(n.Attr, mayWrite) {
-			return cl.check(n.Attr, mayWrite, "fallocate")
 		}
 		end := off + length
 		if err := t.punch(n.Attr.Ino, off, end); err != nil {

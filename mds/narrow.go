@@ -299,72 +299,14 @@ func (s *Server) copyWidening(ctx context.Context, w widening, ov ostView) error
 // later round, and finishMoves deletes the copies).
 func (t *txn) widen(w widening, keys [][]byte) (bool, error) {
 	id := w.e.Id
-	v, err := getValue(t.b, refKey(id))
-	if errors.Is(err, errs.ErrNotFound) {
-		return false, nil // no longer referenced: GC has it
-	}
-	if err != nil {
-		return false, err
-	}
-	count, body, err := decodePrefixed(v)
-	if err != nil {
-		return false, err
-	}
-	cur := &mdspb.Extent{}
-	if err := proto.Unmarshal(body, cur); err != nil {
-		return false, fmt.Errorf("mds: decode extent %d: %v: %w", id, err, errs.ErrCorrupt)
-	}
-	if !slices.Equal(cur.Osts, w.e.Osts) {
-		return false, nil
-	}
-	newOsts := slices.Clone(cur.Osts)
-	for j, o := range w.fill {
-		newOsts[j] = o
-	}
-	seen := map[uint32]bool{}
-	for _, o := range newOsts {
-		if o != 0 && seen[o] {
-			return false, fmt.Errorf("mds: widening extent %d would put two chunks on OST %d: %w", id, o, errs.ErrInvalid)
+	var newOsts []uint32
+	ok, err := t.replacePlacement(w.e, keys, "widening", func(osts []uint32) {
+		for j, o := range w.fill {
+			osts[j] = o
 		}
-		seen[o] = true
-	}
-	var refs []*mdspb.ExtentRef
-	var refKeys [][]byte
-	for _, k := range keys {
-		v, err := getValue(t.b, k)
-		if errors.Is(err, errs.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return false, err
-		}
-		r, err := readRef(k, v)
-		if err != nil {
-			return false, err
-		}
-		if r.Extent.GetId() == id {
-			refs, refKeys = append(refs, r), append(refKeys, k)
-		}
-	}
-	if uint64(len(refs)) != count {
-		return false, nil // an entry was added elsewhere since the scan
-	}
-	cur.Osts = newOsts
-	for i, r := range refs {
-		r.Extent = cur
-		v, err := proto.Marshal(r)
-		if err != nil {
-			return false, err
-		}
-		if err := t.b.Set(refKeys[i], v, nil); err != nil {
-			return false, err
-		}
-	}
-	nv, err := proto.Marshal(cur)
-	if err != nil {
-		return false, err
-	}
-	if err := t.b.Set(refKey(id), encodePrefixed(count, nv), nil); err != nil {
+		newOsts = osts
+	})
+	if !ok || err != nil {
 		return false, err
 	}
 	for j := range w.fill {
