@@ -46,7 +46,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.PersistentFlags().StringVar(&af.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address, or the comma-separated addresses of an MDS group (default $SHOAL_MDS)")
+	cmd.PersistentFlags().StringVar(&af.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address HOST[:PORT] (port 7700 if none), or the comma-separated addresses of an MDS group (default $SHOAL_MDS)")
 	cmd.PersistentFlags().BoolVar(&af.json, "json", false, "print the result as JSON (no progress bar)")
 	addPersistentTLSFlags(cmd, &af.tls)
 	cmd.AddCommand(newCACmd(), newCertCmd())

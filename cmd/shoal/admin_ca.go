@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/internal/wire"
@@ -91,29 +92,56 @@ func newCertCmd() *cobra.Command {
 type tlsFlags struct {
 	cert, key, ca string
 	insecure      bool
+	flags         *pflag.FlagSet // where they are defined: which were given (explicit)
 }
 
 func addTLSFlags(cmd *cobra.Command, f *tlsFlags) {
 	cmd.Flags().StringVar(&f.cert, "cert", os.Getenv("SHOAL_CERT"), "this node's certificate, PEM (default $SHOAL_CERT)")
 	cmd.Flags().StringVar(&f.key, "key", os.Getenv("SHOAL_KEY"), "this node's private key, PEM (default $SHOAL_KEY)")
 	cmd.Flags().StringVar(&f.ca, "ca", os.Getenv("SHOAL_CA"), "the cluster CA's certificate, PEM (default $SHOAL_CA)")
-	cmd.Flags().BoolVar(&f.insecure, "insecure", os.Getenv("SHOAL_INSECURE") == "1", "plaintext, no certificates: only for a trusted network or loopback (default $SHOAL_INSECURE=1)")
+	cmd.Flags().BoolVar(&f.insecure, "insecure", os.Getenv("SHOAL_INSECURE") == "1", "plaintext, no certificates: only for a trusted network or loopback (default $SHOAL_INSECURE=1); given as a flag (or in a config file), it overrides certificates that come from the environment, as --cert, --key and --ca override $SHOAL_INSECURE")
+	f.flags = cmd.Flags()
 }
 
 // load returns the credentials (nil with --insecure), refusing to run
 // without either.
 func (f *tlsFlags) load() (*wire.Creds, error) {
 	files := wire.TLSFiles{Cert: f.cert, Key: f.key, CA: f.ca}
-	if f.insecure {
-		if !files.IsZero() {
-			return nil, fmt.Errorf("--insecure with --cert/--key/--ca: choose one")
-		}
+	insecure, files, err := tlsPrecedence(f.insecure, files, func(name string) bool {
+		fl := f.flags.Lookup(name)
+		return fl != nil && fl.Changed
+	})
+	if err != nil {
+		return nil, err
+	}
+	if insecure {
 		return nil, nil
 	}
 	if files.IsZero() {
 		return nil, fmt.Errorf("no certificate: pass --cert, --key and --ca (shoal admin cert issue; docs/security.md), or --insecure for plaintext")
 	}
 	return wire.LoadCreds(files)
+}
+
+// tlsPrecedence settles --insecure against certificate files: a value
+// given explicitly (a flag, or a config file's key; given reports which)
+// wins over one from the environment, so that --insecure ignores
+// $SHOAL_CERT, $SHOAL_KEY and $SHOAL_CA, and --cert/--key/--ca ignore
+// $SHOAL_INSECURE. Both given the same way is an error.
+func tlsPrecedence(insecure bool, files wire.TLSFiles, given func(name string) bool) (bool, wire.TLSFiles, error) {
+	if !insecure || files.IsZero() {
+		return insecure, files, nil
+	}
+	certsGiven := given("cert") || given("key") || given("ca")
+	switch {
+	case given("insecure") && !certsGiven:
+		return true, wire.TLSFiles{}, nil
+	case !given("insecure") && certsGiven:
+		return false, files, nil
+	case !given("insecure"):
+		return false, files, fmt.Errorf("$SHOAL_INSECURE=1 with $SHOAL_CERT, $SHOAL_KEY or $SHOAL_CA: choose one (or pass --insecure, or --cert, --key and --ca)")
+	}
+	return false, files, fmt.Errorf("--insecure with --cert/--key/--ca: choose one")
 }
 
 // reloadOnHUP reloads c's files on every SIGHUP until stop is closed.

@@ -47,7 +47,7 @@ staging-directory protocol (write ROOT/JOB/.step-N.tmp/, then rename it to
 ROOT/JOB/step-N). STEP is a number or "latest". See docs/checkpoints.md.`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address (default $SHOAL_MDS)")
+	pf.StringVar(&f.mds, "mds", os.Getenv("SHOAL_MDS"), "MDS address HOST[:PORT] (port 7700 if none; default $SHOAL_MDS)")
 	addPersistentTLSFlags(cmd, &f.tls)
 	pf.StringVar(&f.root, "root", ckpt.DefaultRoot, "directory holding the jobs")
 	pf.BoolVar(&f.json, "json", false, "print JSON instead of text")

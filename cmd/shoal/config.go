@@ -29,6 +29,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // configCheck returns the problems of cmd's effective configuration, each
@@ -262,7 +264,8 @@ func hostPorts(also []string, names ...string) configCheck {
 }
 
 // mdsAddrs checks the MDS address list of --mds (one address, or a
-// group's comma-separated list).
+// group's comma-separated list); an address without a port has the MDS's
+// default port (wire.DefaultMDSPort).
 func mdsAddrs(cmd *cobra.Command, _ []string) []string {
 	v := flagString(cmd, "mds")
 	if strings.TrimSpace(v) == "" {
@@ -270,18 +273,23 @@ func mdsAddrs(cmd *cobra.Command, _ []string) []string {
 	}
 	var p []string
 	for _, a := range strings.Split(v, ",") {
-		if _, port, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil || port == "" {
-			p = append(p, fmt.Sprintf("mds: %q is not HOST:PORT", a))
+		if strings.TrimSpace(a) == "" {
+			p = append(p, fmt.Sprintf("mds: an empty address in %q", v))
 		}
 	}
 	return p
 }
 
 // tlsConfig checks the certificate keys: --insecure, or all of cert, key
-// and ca naming readable files.
+// and ca naming readable files (an explicit key wins over the environment:
+// tlsPrecedence).
 func tlsConfig(cmd *cobra.Command, _ []string) []string {
-	files := map[string]string{"cert": flagString(cmd, "cert"), "key": flagString(cmd, "key"), "ca": flagString(cmd, "ca")}
 	insecure := flagString(cmd, "insecure") == "true"
+	tf := wire.TLSFiles{Cert: flagString(cmd, "cert"), Key: flagString(cmd, "key"), CA: flagString(cmd, "ca")}
+	if i, f, err := tlsPrecedence(insecure, tf, cmd.Flags().Changed); err == nil {
+		insecure, tf = i, f // one side given explicitly wins over the environment
+	}
+	files := map[string]string{"cert": tf.Cert, "key": tf.Key, "ca": tf.CA}
 	var set []string
 	for _, n := range []string{"cert", "key", "ca"} {
 		if files[n] != "" {

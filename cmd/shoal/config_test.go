@@ -100,7 +100,7 @@ func TestConfigErrors(t *testing.T) {
 		{"ost bad data-listen", []string{"ost", "--insecure", "--dir", dir, "--mds", "m:1"}, "data-listen: nowhere\n", []string{`data-listen: "nowhere" is not HOST:PORT`}},
 		{"mount without mountpoint", []string{"mount", "--insecure", "--mds", "m:1"}, "", []string{"mountpoint: required"}},
 		{"mount on a file", []string{"mount", "--insecure", "--mds", "m:1", file}, "", []string{"is not a directory"}},
-		{"several problems at once", []string{"ost", "--mds", "m"}, "", []string{"dir: required", `mds: "m" is not HOST:PORT`, "cert, key, ca: required"}},
+		{"several problems at once", []string{"ost", "--mds", "m,"}, "", []string{"dir: required", `mds: an empty address in "m,"`, "cert, key, ca: required"}},
 	} {
 		args := tc.args
 		if tc.cfg != "" {

@@ -91,7 +91,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 // mdsFlag adds the --mds flag, defaulting to $SHOAL_MDS.
 func mdsFlag(cmd *cobra.Command, dst *string) {
-	cmd.Flags().StringVar(dst, "mds", os.Getenv("SHOAL_MDS"), "MDS address (default $SHOAL_MDS)")
+	cmd.Flags().StringVar(dst, "mds", os.Getenv("SHOAL_MDS"), "MDS address HOST[:PORT] (port 7700 if none; default $SHOAL_MDS)")
 }
 
 func requireMDS(addr string) error {

@@ -81,7 +81,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the MDS database (required)")
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7700", "address to serve gRPC on")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:"+wire.DefaultMDSPort, "address to serve gRPC on")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	cmd.Flags().Uint64Var(&id, "id", 0, "member id in a replicated MDS group (with --peers)")
 	cmd.Flags().StringVar(&peers, "peers", "", "initial members of the group: 1=ADDR1,2=ADDR2,3=ADDR3 (this member included; read on the first start only)")

@@ -50,12 +50,13 @@ type GroupConn struct {
 	}
 }
 
-// DialGroup connects to the MDS group at addrs, a comma-separated list.
+// DialGroup connects to the MDS group at addrs, a comma-separated list;
+// an address without a port has DefaultMDSPort.
 func DialGroup(addrs string, opts ...DialOption) (*GroupConn, error) {
 	g := &GroupConn{opts: opts}
 	for _, a := range strings.Split(addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
-			g.addrs = append(g.addrs, a)
+			g.addrs = append(g.addrs, WithDefaultPort(a))
 		}
 	}
 	if len(g.addrs) == 0 {

@@ -214,7 +214,9 @@ func ServerOptions(opts ...ServerOpt) []grpc.ServerOption {
 const streamWorkers = 32
 
 // Dial opens a client connection with Shoal's options: mutual TLS with
-// the credentials WithCreds gives, plaintext without them.
+// the credentials WithCreds gives, plaintext without them. A call that
+// reaches the wrong server (another service, TLS for plaintext) fails with
+// an error that says so (peer.go).
 func Dial(addr string, opts ...DialOption) (*grpc.ClientConn, error) {
 	var do dialOpts
 	for _, o := range opts {
@@ -227,7 +229,7 @@ func Dial(addr string, opts ...DialOption) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(tc),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMsgSize), grpc.MaxCallSendMsgSize(MaxMsgSize)),
-		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{UnaryClientInterceptor, traceIDUnaryClient}, do.unary...)...),
+		grpc.WithChainUnaryInterceptor(append(append([]grpc.UnaryClientInterceptor{UnaryClientInterceptor, traceIDUnaryClient}, do.unary...), peerCheck(do.creds == nil))...),
 		grpc.WithChainStreamInterceptor(traceIDStreamClient),
 		grpc.WithInitialWindowSize(8<<20),
 		grpc.WithInitialConnWindowSize(32<<20),
