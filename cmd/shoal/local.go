@@ -90,7 +90,7 @@ uses the same addresses again (the group knows its members by them).`,
 	return cmd
 }
 
-func runLocal(g *globals, f *localFlags) error {
+func runLocal(g *globals, f *localFlags) (err error) {
 	log := g.logger()
 	lo := layout.Layout{K: f.k, M: f.m, Unit: f.unit}
 	if err := lo.Validate(); err != nil {
@@ -118,6 +118,16 @@ func runLocal(g *globals, f *localFlags) error {
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
 		return err
 	}
+	lock, err := lockLocalDir(f.dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	// Ctrl-C from here on stops cleanly (after the start, if it comes
+	// during it), and the last line says so, as mds, ost and mount do.
+	defer func() { log.Info("shoal local stopped", "dir", f.dir, "err", err) }()
+	sctx, stop := signalContext()
+	defer stop()
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -229,8 +239,6 @@ func runLocal(g *globals, f *localFlags) error {
 	}
 	if f.mount == "" {
 		fmt.Printf("ready in %s; mount with: shoal mount%s --mds %s MOUNTPOINT; Ctrl-C stops\n", time.Since(start).Round(time.Millisecond), insecure, mdsAddr)
-		sctx, stop := signalContext()
-		defer stop()
 		<-sctx.Done()
 		return nil
 	}

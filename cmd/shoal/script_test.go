@@ -35,6 +35,8 @@ import (
 //	                       stdout/stderr checks)
 //	lose-chunk OSTDIR      deletes one chunk's data file from an OST's
 //	                       directory, as a failing disk might
+//	waitfile FILE          waits (up to 30s) until FILE exists: a
+//	                       background command has come that far
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){"shoal": main})
@@ -58,8 +60,25 @@ func TestScripts(t *testing.T) {
 			"cluster":    scriptCluster,
 			"exits":      scriptExits,
 			"lose-chunk": scriptLoseChunk,
+			"waitfile":   scriptWaitFile,
 		},
 	})
+}
+
+// scriptWaitFile is `waitfile FILE`.
+func scriptWaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfile FILE")
+	}
+	path := ts.MkAbs(args[0])
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitfile: no %s after 30s", path)
+		}
+	}
 }
 
 // scriptExits is `exits CODE PROG ARGS...`.
