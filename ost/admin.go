@@ -3,7 +3,6 @@ package ost
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 
@@ -45,7 +44,7 @@ type chunkEntry struct {
 // listLess order.
 func (st *store) listShard(i int) ([]chunkEntry, error) {
 	shard := filepath.Join(st.dir, chunksDir, shardName(uint64(i)))
-	ents, err := os.ReadDir(shard)
+	ents, err := st.readDir(shard)
 	if err != nil {
 		return nil, fmt.Errorf("ost: list %s: %w", shard, err)
 	}

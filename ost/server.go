@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
@@ -66,6 +67,12 @@ type Options struct {
 	// would pass it fails with ENOSPC (errs.ErrNoSpace), as a full disk
 	// does. 0: the file system's capacity.
 	Capacity uint64
+	// FS is the file system the chunk store (chunks/ and tmp/) lives on;
+	// nil: vfs.Default, the OS's. Tests inject faults with it (errorfs,
+	// vfs.NewCrashableMem). Any other FS turns O_DIRECT off (vfs.go). The
+	// directory lock, identity files and statfs always use the OS at Dir,
+	// so a Server's FS must wrap the OS's (errorfs.Wrap(vfs.Default, ...)).
+	FS vfs.FS
 }
 
 // DirectIO chooses the chunk I/O that uses O_DIRECT. Only 4 KiB-aligned
@@ -88,6 +95,9 @@ const (
 func (o *Options) setDefaults() error {
 	if o.Dir == "" {
 		return fmt.Errorf("ost: Options.Dir is empty: %w", errs.ErrInvalid)
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -158,7 +168,7 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	directW, directR := o.DirectIO != DirectOff, o.DirectIO == DirectAll || (o.DirectIO == DirectDefault && directReadsByDefault)
-	st, rep, err := openStore(ctx, storeOptions{dir: o.Dir, blockSize: o.BlockSize, m: s.m, log: s.log, bufs: s.bufs, directWrites: directW, directReads: directR, limit: o.Capacity})
+	st, rep, err := openStore(ctx, storeOptions{dir: o.Dir, fs: o.FS, blockSize: o.BlockSize, m: s.m, log: s.log, bufs: s.bufs, directWrites: directW, directReads: directR, limit: o.Capacity})
 	if err != nil {
 		return fail(err)
 	}

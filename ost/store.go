@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/shoalfs/shoal/internal/checksum"
 	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
@@ -46,6 +48,7 @@ const maxRun = 512 << 10
 // storeOptions configure a store.
 type storeOptions struct {
 	dir          string // the OST directory
+	fs           vfs.FS // the file system dir is on; nil: vfs.Default (vfs.go)
 	blockSize    int    // checksum block size of new chunks
 	m            *metrics
 	log          *slog.Logger
@@ -58,6 +61,8 @@ type storeOptions struct {
 // store is the chunk store of one OST directory: files and counters, no RPC.
 type store struct {
 	dir       string // the OST directory
+	fs        vfs.FS // the file system dir is on (vfs.go)
+	raw       bool   // fs is vfs.Default: the OS fast paths of vfs.go apply
 	blockSize int    // checksum block size of new chunks
 	m         *metrics
 	log       *slog.Logger
@@ -72,7 +77,8 @@ type store struct {
 
 	tmpSeq atomic.Uint64 // names temp files; tmp/ is emptied at open
 
-	// openFile opens chunk data files (os.OpenFile; tests inject errors).
+	// openFile opens chunk data files on the OS fast path of vfs.go
+	// (os.OpenFile; tests inject errors).
 	openFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 
 	// stripes serialise writes and deletes of one chunk (see package doc).
@@ -91,22 +97,29 @@ type store struct {
 // scans the chunks to set the counters.
 func openStore(ctx context.Context, o storeOptions) (*store, scanReport, error) {
 	dir := o.dir
-	st := &store{dir: dir, blockSize: o.blockSize, m: o.m, log: o.log, bufs: o.bufs, seed: maphash.MakeSeed(), openFile: os.OpenFile, limit: int64(min(o.limit, 1<<62))}
+	if o.fs == nil {
+		o.fs = vfs.Default
+	}
+	if o.fs != vfs.Default {
+		// O_DIRECT needs the OS's file system (vfs.go).
+		o.directWrites, o.directReads = false, false
+	}
+	st := &store{dir: dir, fs: o.fs, raw: o.fs == vfs.Default, blockSize: o.blockSize, m: o.m, log: o.log, bufs: o.bufs, seed: maphash.MakeSeed(), openFile: os.OpenFile, limit: int64(min(o.limit, 1<<62))}
 	st.directWrites.Store(o.directWrites)
 	st.directReads.Store(o.directReads)
-	if err := os.RemoveAll(filepath.Join(dir, tmpDir)); err != nil {
+	if err := st.fs.RemoveAll(filepath.Join(dir, tmpDir)); err != nil {
 		return nil, scanReport{}, fmt.Errorf("ost: clean %s: %w", tmpDir, err)
 	}
-	if err := os.Mkdir(filepath.Join(dir, tmpDir), 0o700); err != nil {
+	if err := st.fs.MkdirAll(filepath.Join(dir, tmpDir), 0o700); err != nil {
 		return nil, scanReport{}, fmt.Errorf("ost: %w", err)
 	}
 	for i := range fanout {
-		if err := os.MkdirAll(filepath.Join(dir, chunksDir, shardName(uint64(i))), 0o755); err != nil {
+		if err := st.fs.MkdirAll(filepath.Join(dir, chunksDir, shardName(uint64(i))), 0o755); err != nil {
 			return nil, scanReport{}, fmt.Errorf("ost: %w", err)
 		}
 	}
 	for _, d := range []string{filepath.Join(dir, chunksDir), dir} {
-		if err := syncDir(d); err != nil {
+		if err := st.fsyncDir(d); err != nil {
 			return nil, scanReport{}, fmt.Errorf("ost: %w", err)
 		}
 	}
@@ -139,7 +152,7 @@ func (st *store) scan(ctx context.Context) (scanReport, error) {
 			return rep, err
 		}
 		shard := filepath.Join(st.dir, chunksDir, shardName(uint64(i)))
-		ents, err := os.ReadDir(shard)
+		ents, err := st.readDir(shard)
 		if err != nil {
 			return rep, fmt.Errorf("ost: scan: %w", err)
 		}
@@ -165,7 +178,7 @@ func (st *store) scan(ctx context.Context) (scanReport, error) {
 		}
 		for c := range sidecars {
 			if !data[c] {
-				if err := os.Remove(st.sidecarPath(c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if err := st.fs.Remove(st.sidecarPath(c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return rep, fmt.Errorf("ost: scan: %w", err)
 				}
 				rep.orphanSidecars++
@@ -246,7 +259,7 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 	defer mu.Unlock()
 
 	path := st.dataPath(c)
-	fi, err := os.Lstat(path)
+	fi, err := st.lstat(path)
 	switch {
 	case err == nil:
 		return false, st.sameChunk(c, path, fi, data)
@@ -268,22 +281,22 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 	}
 	dataTmp, err := st.writeChunkTemp(data, true)
 	if err != nil {
-		os.Remove(crcTmp)
+		st.fs.Remove(crcTmp)
 		return false, diskErr("write", c, err)
 	}
-	if err := os.Rename(crcTmp, st.sidecarPath(c)); err != nil {
-		os.Remove(crcTmp)
-		os.Remove(dataTmp)
+	if err := st.fs.Rename(crcTmp, st.sidecarPath(c)); err != nil {
+		st.fs.Remove(crcTmp)
+		st.fs.Remove(dataTmp)
 		return false, diskErr("write", c, err)
 	}
-	if err := os.Rename(dataTmp, path); err != nil {
-		os.Remove(dataTmp)
-		os.Remove(st.sidecarPath(c))
+	if err := st.fs.Rename(dataTmp, path); err != nil {
+		st.fs.Remove(dataTmp)
+		st.fs.Remove(st.sidecarPath(c))
 		return false, diskErr("write", c, err)
 	}
 	st.used.Add(int64(len(data)))
 	st.chunks.Add(1)
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := st.fsyncDir(filepath.Dir(path)); err != nil {
 		return true, diskErr("sync directory of", c, err)
 	}
 	return true, nil
@@ -313,11 +326,7 @@ func (st *store) writeChunkTemp(b []byte, direct bool) (string, error) {
 	direct = direct && st.directWrites.Load() && len(b)%directAlign == 0 && datanet.IsAligned(b)
 	for {
 		path := filepath.Join(st.dir, tmpDir, "w-"+strconv.FormatUint(st.tmpSeq.Add(1), 10))
-		flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-		if direct {
-			flags |= syscall.O_DIRECT
-		}
-		f, err := st.openFile(path, flags, 0o600)
+		f, err := st.createTemp(path, direct)
 		switch {
 		case errors.Is(err, fs.ErrExist):
 			continue
@@ -333,18 +342,18 @@ func (st *store) writeChunkTemp(b []byte, direct bool) (string, error) {
 			// Alignment the checks above did not foresee: this write
 			// goes through the page cache.
 			f.Close()
-			os.Remove(path)
+			st.fs.Remove(path)
 			direct = false
 			continue
 		}
 		if err == nil {
-			err = fdatasync(f)
+			err = f.SyncData()
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			os.Remove(path)
+			st.fs.Remove(path)
 			return "", err
 		}
 		return path, nil
@@ -404,7 +413,7 @@ func (st *store) sameChunk(c chunkID, path string, fi fs.FileInfo, data []byte) 
 	if fi.Size() != int64(len(data)) {
 		return exists()
 	}
-	f, err := os.Open(path)
+	f, err := st.fs.Open(path)
 	if err != nil {
 		return diskErr("compare", c, err)
 	}
@@ -421,7 +430,7 @@ func (st *store) sameChunk(c chunkID, path string, fi fs.FileInfo, data []byte) 
 		}
 		off += n
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := st.fsyncDir(filepath.Dir(path)); err != nil {
 		return diskErr("sync directory of", c, err)
 	}
 	return nil
@@ -484,7 +493,7 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 	if direct && (size%directAlign != 0 || uint64(tab.BlockSize)%directAlign != 0) {
 		// Some block ends off the alignment: read through the page cache.
 		f.Close()
-		if f, err = st.openFile(path, os.O_RDONLY, 0); err != nil {
+		if f, err = st.fs.Open(path); err != nil {
 			return diskErr("read", c, err)
 		}
 		direct = false
@@ -495,7 +504,7 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 		st.directReads.Store(false)
 		st.log.Warn("O_DIRECT read refused; chunk reads go through the page cache", "chunk", c.String(), "err", err)
 		f.Close()
-		if f, err = st.openFile(path, os.O_RDONLY, 0); err != nil {
+		if f, err = st.fs.Open(path); err != nil {
 			return diskErr("read", c, err)
 		}
 		err = st.readVerified(c, f, tab, off, dst)
@@ -510,15 +519,18 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 // openData opens a chunk's data file for reading, with O_DIRECT when
 // direct is set and the file system allows it. It reports whether the file
 // is open with O_DIRECT.
-func (st *store) openData(path string, direct bool) (*os.File, bool, error) {
-	if direct {
+func (st *store) openData(path string, direct bool) (vfs.File, bool, error) {
+	if direct && st.raw {
 		f, err := st.openFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+		if err == nil {
+			return osFile{f}, true, nil
+		}
 		if !errors.Is(err, syscall.EINVAL) {
-			return f, err == nil, err
+			return nil, false, err
 		}
 		st.refuseDirect(err)
 	}
-	f, err := st.openFile(path, os.O_RDONLY, 0)
+	f, err := st.fs.Open(path)
 	return f, false, err
 }
 
@@ -542,11 +554,11 @@ func (st *store) loadSidecar(c chunkID, size uint64) (checksum.Table, error) {
 }
 
 func (st *store) readSidecar(c chunkID, size uint64) ([]byte, error) {
-	f, err := os.Open(st.sidecarPath(c))
+	f, err := st.fs.Open(st.sidecarPath(c))
 	if errors.Is(err, fs.ErrNotExist) {
 		// Either a delete raced this read (it removes data, then sidecar),
 		// or the sidecar is lost.
-		if _, serr := os.Lstat(st.dataPath(c)); errors.Is(serr, fs.ErrNotExist) {
+		if _, serr := st.lstat(st.dataPath(c)); errors.Is(serr, fs.ErrNotExist) {
 			return nil, diskErr("read", c, serr)
 		}
 		st.m.corruptBlocks.Inc()
@@ -577,7 +589,7 @@ func (st *store) readSidecar(c chunkID, size uint64) ([]byte, error) {
 // verifying every block they touch. Whole blocks are read straight into dst,
 // in one ReadAt per run; a partly wanted block at either end goes through a
 // pooled, aligned buffer (f may be open with O_DIRECT).
-func (st *store) readVerified(c chunkID, f *os.File, tab checksum.Table, off uint64, dst []byte) error {
+func (st *store) readVerified(c chunkID, f vfs.File, tab checksum.Table, off uint64, dst []byte) error {
 	bs := uint64(tab.BlockSize)
 	end := off + uint64(len(dst))
 	for pos := off; pos < end; {
@@ -641,7 +653,7 @@ func (st *store) verify(c chunkID, tab checksum.Table, i int, p []byte) error {
 
 // stat returns the length of chunk c.
 func (st *store) stat(c chunkID) (uint64, error) {
-	fi, err := os.Lstat(st.dataPath(c))
+	fi, err := st.lstat(st.dataPath(c))
 	if err != nil {
 		return 0, diskErr("stat", c, err)
 	}
@@ -657,11 +669,11 @@ func (st *store) remove(c chunkID) (bool, error) {
 	defer mu.Unlock()
 
 	path := st.dataPath(c)
-	fi, err := os.Lstat(path)
+	fi, err := st.lstat(path)
 	existed := err == nil
 	switch {
 	case existed:
-		if err := os.Remove(path); err != nil {
+		if err := st.fs.Remove(path); err != nil {
 			return false, diskErr("delete", c, err)
 		}
 		st.used.Add(-fi.Size())
@@ -669,13 +681,14 @@ func (st *store) remove(c chunkID) (bool, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return false, diskErr("delete", c, err)
 	}
-	if err := os.Remove(st.sidecarPath(c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := st.fs.Remove(st.sidecarPath(c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return existed, diskErr("delete sidecar of", c, err)
 	}
 	return existed, nil
 }
 
-// syncDir fsyncs a directory, making the names in it durable.
+// syncDir fsyncs a directory of the OS's file system (the OST directory's
+// identity files), making the names in it durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
