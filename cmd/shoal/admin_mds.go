@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -128,23 +127,7 @@ func adminMdsStatusCmd(af *adminFlags) *cobra.Command {
 				return err
 			}
 			if af.json {
-				type row struct {
-					ID      uint64 `json:"id"`
-					Addr    string `json:"address"`
-					Role    string `json:"role"`
-					Applied uint64 `json:"applied_index"`
-					Commit  uint64 `json:"commit_index"`
-					Term    uint64 `json:"term"`
-					Leader  uint64 `json:"leader"`
-					Error   string `json:"error,omitempty"`
-				}
-				var rows []row
-				for _, m := range ms {
-					rows = append(rows, row{m.GetId(), m.GetAddr(), m.GetRole(), m.GetAppliedIndex(), m.GetCommitIndex(), m.GetTerm(), m.GetLeader(), m.GetError()})
-				}
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"members": rows})
+				return printJSON(os.Stdout, membersJSON(ms))
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDR\tROLE\tTERM\tAPPLIED\tCOMMIT\tLEADER")
@@ -235,11 +218,32 @@ func adminMdsTransferCmd(af *adminFlags) *cobra.Command {
 	}
 }
 
+// memberJSON is one MDS member in the --json output of the admin mds
+// commands, with the field names of admin status's members.
+type memberJSON struct {
+	ID      uint64 `json:"id"`
+	Addr    string `json:"address"`
+	Role    string `json:"role"`
+	Applied uint64 `json:"applied_index"`
+	Commit  uint64 `json:"commit_index"`
+	Term    uint64 `json:"term"`
+	Leader  uint64 `json:"leader"`
+	Error   string `json:"error,omitempty"`
+}
+
+// membersJSON is {"members": [...]}, what every admin mds command prints
+// with --json (through printJSON, as the other admin commands).
+func membersJSON(ms []*peerpb.Member) map[string]any {
+	rows := []memberJSON{}
+	for _, m := range ms {
+		rows = append(rows, memberJSON{m.GetId(), m.GetAddr(), m.GetRole(), m.GetAppliedIndex(), m.GetCommitIndex(), m.GetTerm(), m.GetLeader(), m.GetError()})
+	}
+	return map[string]any{"members": rows}
+}
+
 func printMembers(af *adminFlags, st *peerpb.StatusReply) error {
 	if af.json {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return printJSON(os.Stdout, membersJSON(st.GetMembers()))
 	}
 	var parts []string
 	for _, m := range st.GetMembers() {
