@@ -123,6 +123,11 @@ func runLocal(g *globals, f *localFlags) (err error) {
 		return err
 	}
 	defer lock.Close()
+	if f.mount != "" {
+		if err := refuseStackedMount(f.mount); err != nil {
+			return err
+		}
+	}
 	// Ctrl-C from here on stops cleanly (after the start, if it comes
 	// during it), and the last line says so, as mds, ost and mount do.
 	defer func() { log.Info("shoal local stopped", "dir", f.dir, "err", err) }()

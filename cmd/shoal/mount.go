@@ -33,6 +33,9 @@ func newMountCmd(g *globals) *cobra.Command {
 			if err := requireMDS(mdsAddr); err != nil {
 				return err
 			}
+			if err := refuseStackedMount(mountpoint); err != nil {
+				return err
+			}
 			log := g.logger().With("proc", "mount")
 			creds, err := tf.load()
 			if err != nil {

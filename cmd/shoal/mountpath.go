@@ -11,6 +11,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -208,6 +209,29 @@ func pathsThroughMounts(cmd *cobra.Command, args []string) error {
 	}
 	if addr := mdsFor(false, f.Value.String(), ps...); addr != f.Value.String() {
 		return f.Value.Set(addr)
+	}
+	return nil
+}
+
+// refuseStackedMount returns an error when mountpoint already has a Shoal
+// mount: a second one would hide the first, silently (issue 18).
+func refuseStackedMount(mountpoint string) error {
+	p, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return nil // the mount itself will say what is wrong
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	for _, m := range shoalMounts() {
+		if m.point != p {
+			continue
+		}
+		of := ""
+		if m.mds != "" {
+			of = " of the MDS at " + m.mds
+		}
+		return fmt.Errorf("%s already has a Shoal mount%s: unmount it first (fusermount3 -u %s), or choose another mount point", mountpoint, of, mountpoint)
 	}
 	return nil
 }

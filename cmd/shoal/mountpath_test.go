@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -96,4 +97,26 @@ func stringsReplaceSpace(s string) string {
 		}
 	}
 	return out
+}
+
+// TestRefuseStackedMount: a mount point that already has a Shoal mount (in
+// mountinfo) is refused, saying which cluster it shows; others are not.
+func TestRefuseStackedMount(t *testing.T) {
+	dir := t.TempDir()
+	mnt, free := filepath.Join(dir, "mnt"), filepath.Join(dir, "free")
+	info := fmt.Sprintf("90 22 0:50 / %s rw,relatime shared:40 - fuse.shoal shoal:127.0.0.1:7700 rw,user_id=0,group_id=0\n", mnt)
+	mi := filepath.Join(dir, "mountinfo")
+	if err := os.WriteFile(mi, []byte(info), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func(p string) { mountinfoPath = p }(mountinfoPath)
+	mountinfoPath = mi
+	t.Chdir(dir)
+	err := refuseStackedMount("./mnt")
+	if err == nil || !strings.Contains(err.Error(), "./mnt already has a Shoal mount of the MDS at 127.0.0.1:7700") {
+		t.Errorf("./mnt: %v", err)
+	}
+	if err := refuseStackedMount(free); err != nil {
+		t.Errorf("%s: %v", free, err)
+	}
 }
