@@ -133,7 +133,6 @@ func (o *AdminOptions) setDefaults(gcGrace time.Duration) error {
 // on goroutines of their own, which touch only conns and met).
 type adminWorker struct {
 	kick chan struct{} // buffered(1): run a round now
-	done chan struct{} // closed when the worker stopped
 	met  *adminMetrics // set by newMetrics (admin_metrics.go)
 
 	started   time.Time  // jobs wait a heartbeat timeout after Open, until OSTs reported
@@ -149,16 +148,15 @@ type adminWorker struct {
 	}
 }
 
-func (s *Server) startAdmin(ctx context.Context) {
+func (s *Server) startAdmin() {
 	w := &s.admin
 	w.kick = make(chan struct{}, 1)
-	w.done = make(chan struct{})
 	w.conns = make(map[uint32]*ostConn)
 	w.started = s.o.Now()
 	w.downSince = make(map[uint32]time.Time)
 	w.badRetry = make(map[string]badRetry)
 	w.stalled = make(map[string]int)
-	go s.adminLoop(ctx)
+	s.tasks.Go(s.adminLoop)
 }
 
 // kickAdmin asks for a worker round now.
@@ -187,7 +185,6 @@ func (s *Server) waitRound(ctx context.Context) error {
 
 func (s *Server) adminLoop(ctx context.Context) {
 	w := &s.admin
-	defer close(w.done)
 	defer func() {
 		w.connMu.Lock()
 		defer w.connMu.Unlock()

@@ -42,7 +42,6 @@ type gcEntry struct {
 }
 
 func (s *Server) gcLoop(ctx context.Context) {
-	defer close(s.gc.done)
 	tick := time.NewTicker(s.o.GCInterval)
 	defer tick.Stop()
 	for {

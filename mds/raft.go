@@ -612,7 +612,7 @@ func (r *replica) startServing(term uint64) error {
 	_, verr := getValue(r.s.db, versionKey())
 	r.mu.formatted = verr == nil
 	if !r.mu.formatted {
-		go r.formatReplicated()
+		r.s.tasks.Go(r.formatReplicated)
 	}
 	r.mu.serving, r.mu.servingTerm = true, term
 	r.mu.leaseUntil, r.mu.leaseHold = time.Time{}, false

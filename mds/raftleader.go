@@ -1,6 +1,7 @@
 package mds
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -45,10 +46,14 @@ func (s *Server) reloadForLeader() error {
 // (version, counters, root) unless the applied state has one. It runs on
 // the first leader after it starts serving; a format proposed by an
 // earlier leader and committed is applied before any later leader serves,
-// so it is never written twice.
-func (r *replica) formatReplicated() {
+// so it is never written twice. It runs on a goroutine of the server's
+// group (tasks.go) and stops when ctx is done or the replica stops.
+func (r *replica) formatReplicated(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.stopCtx(), cancel)()
 	for attempt := 0; attempt < 50; attempt++ {
-		err := r.propose(r.stopCtx(), "", func(t *txn) error {
+		err := r.propose(ctx, "", func(t *txn) error {
 			if _, err := getValue(t.b, versionKey()); err == nil {
 				return nil
 			} else if !errors.Is(err, errs.ErrNotFound) {
@@ -68,7 +73,7 @@ func (r *replica) formatReplicated() {
 		}
 		r.log.Warn("format replicated database", "err", err)
 		select {
-		case <-r.stop:
+		case <-ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
 		}

@@ -168,12 +168,14 @@ type Server struct {
 
 	wal walSyncer // group commit of mutations (txn.go)
 
+	// tasks holds every goroutine the server starts (tasks.go); Close
+	// stops it and waits before closing Pebble.
+	tasks tasks
+
 	// gc is owned by the GC goroutine; Close waits for it before touching
 	// conns.
 	gc struct {
-		cancel context.CancelFunc
-		done   chan struct{}
-		conns  map[uint32]*ostConn
+		conns map[uint32]*ostConn
 		// confirmed[extent] holds the OSTs that deleted their chunk of
 		// an extent still in the queue (other OSTs failed).
 		confirmed map[uint64]map[uint32]bool
@@ -239,15 +241,13 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
-	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.gc.cancel = cancel
-	s.gc.done = make(chan struct{})
+	s.tasks.start(ctx)
 	s.gc.conns = make(map[uint32]*ostConn)
 	s.gc.confirmed = make(map[uint64]map[uint32]bool)
 	s.gc.kick = make(chan chan error)
-	go s.gcLoop(gctx)
-	s.startSessions(gctx)
-	s.startAdmin(gctx)
+	s.tasks.Go(s.gcLoop)
+	s.startSessions()
+	s.startAdmin()
 	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
 	return s, nil
 }
@@ -336,14 +336,12 @@ func (s *Server) Register(g *grpc.Server) {
 	}
 }
 
-// Close stops the GC loop, closes OST connections and closes Pebble. RPCs
-// that arrive afterwards fail with ErrUnavailable.
+// Close stops the server's goroutines (the GC, session and administration
+// loops, background WAL syncs) and waits for them, closes OST connections
+// and closes Pebble. RPCs that arrive afterwards fail with ErrUnavailable.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		s.gc.cancel()
-		<-s.gc.done
-		<-s.sess.done
-		<-s.admin.done
+		s.tasks.stop()
 		for id, c := range s.gc.conns {
 			c.cc.Close()
 			delete(s.gc.conns, id)

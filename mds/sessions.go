@@ -38,16 +38,14 @@ const (
 	sessionTickMax = time.Second
 )
 
-// startSessions sets up the session table and starts the session loop on
-// ctx (cancelled by Close).
-func (s *Server) startSessions(ctx context.Context) {
+// startSessions sets up the session table and starts the session loop
+// (stopped by Close).
+func (s *Server) startSessions() {
 	s.sess.graceUntil = s.now() + int64(s.o.SessionLease)
-	s.sess.done = make(chan struct{})
-	go s.sessionLoop(ctx)
+	s.tasks.Go(s.sessionLoop)
 }
 
 func (s *Server) sessionLoop(ctx context.Context) {
-	defer close(s.sess.done)
 	tick := time.NewTicker(min(max(s.o.SessionLease/4, sessionTickMin), sessionTickMax))
 	defer tick.Stop()
 	for {

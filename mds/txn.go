@@ -107,7 +107,7 @@ func (s *Server) updateFor(ctx context.Context, fn func(t *txn) error) error {
 	if err != nil || !committed {
 		return err
 	}
-	s.wal.later(s.db, s.log)
+	s.wal.later(&s.tasks, s.db, s.log)
 	return nil
 }
 
@@ -185,19 +185,24 @@ func (w *walSyncer) sync(db *pebble.DB) error {
 }
 
 // later registers a committed mutation whose caller does not wait, and
-// syncs it in the background.
-func (w *walSyncer) later(db *pebble.DB, log *slog.Logger) {
+// syncs it on a goroutine of g, which Close waits for before it closes
+// db. Once g is stopped (the server closing) the sync runs here, before
+// the caller, which still holds the server open, returns.
+func (w *walSyncer) later(g *tasks, db *pebble.DB, log *slog.Logger) {
 	w.mu.Lock()
 	w.requested++
 	mine := w.requested
 	w.mu.Unlock()
-	go func() {
+	bg := func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if err := w.waitLocked(db, mine); err != nil {
 			log.Error("background WAL sync", "err", err)
 		}
-	}()
+	}
+	if !g.Go(func(context.Context) { bg() }) {
+		bg()
+	}
 }
 
 // flush returns once every mutation committed so far is durable; at once
