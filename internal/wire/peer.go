@@ -53,8 +53,8 @@ const (
 var ErrWrongPeer = errors.New("wrong server")
 
 // peerCheck returns the innermost client interceptor of a connection: it
-// turns "unknown service" (gRPC's Unimplemented for a service the server
-// does not register) and, on a plaintext connection, an unreachable server
+// turns "unknown service" for the MDS service (gRPC's Unimplemented for a
+// service the server does not register) and, on a plaintext connection, an unreachable server
 // that answers a TLS handshake, into errors that say so and wrap
 // ErrWrongPeer, which no retry loop takes for an outage.
 func peerCheck(plaintext bool) grpc.UnaryClientInterceptor {
@@ -68,17 +68,16 @@ func peerCheck(plaintext bool) grpc.UnaryClientInterceptor {
 		addr := cc.Target()
 		switch st.Code() {
 		case codes.Unimplemented:
-			svc := serviceOf(method)
-			if svc == "" || !strings.Contains(st.Message(), "unknown service "+svc) {
+			// Only the MDS service: callers of optional services (the Raft
+			// group's Peer, which a single MDS lacks) test Unimplemented.
+			if serviceOf(method) != mdsService || !strings.Contains(st.Message(), "unknown service "+mdsService) {
 				return err // a method the server lacks, or a typed NOT_SUPPORTED
 			}
-			if svc == mdsService {
-				perr := invoker(ctx, ostProbe, &emptypb.Empty{}, &emptypb.Empty{}, cc, opts...)
-				if status.Code(perr) != codes.Unimplemented {
-					return fmt.Errorf("%s is an OST, not an MDS: give the MDS's address (--mds, $SHOAL_MDS): %w", addr, ErrWrongPeer)
-				}
+			perr := invoker(ctx, ostProbe, &emptypb.Empty{}, &emptypb.Empty{}, cc, opts...)
+			if status.Code(perr) != codes.Unimplemented {
+				return fmt.Errorf("%s is an OST, not an MDS: give the MDS's address (--mds, $SHOAL_MDS): %w", addr, ErrWrongPeer)
 			}
-			return fmt.Errorf("%s does not serve %s: is it the right address? %w", addr, svc, ErrWrongPeer)
+			return fmt.Errorf("%s does not serve %s: it is not a Shoal MDS: %w", addr, mdsService, ErrWrongPeer)
 		case codes.Unavailable:
 			if !plaintext || tlsProbed.Load() {
 				return err
