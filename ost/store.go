@@ -413,7 +413,7 @@ func (st *store) sameChunk(c chunkID, path string, fi fs.FileInfo, data []byte) 
 	if fi.Size() != int64(len(data)) {
 		return exists()
 	}
-	f, err := st.fs.Open(path)
+	f, err := st.open(path)
 	if err != nil {
 		return diskErr("compare", c, err)
 	}
@@ -493,7 +493,7 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 	if direct && (size%directAlign != 0 || uint64(tab.BlockSize)%directAlign != 0) {
 		// Some block ends off the alignment: read through the page cache.
 		f.Close()
-		if f, err = st.fs.Open(path); err != nil {
+		if f, err = st.open(path); err != nil {
 			return diskErr("read", c, err)
 		}
 		direct = false
@@ -504,7 +504,7 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 		st.directReads.Store(false)
 		st.log.Warn("O_DIRECT read refused; chunk reads go through the page cache", "chunk", c.String(), "err", err)
 		f.Close()
-		if f, err = st.fs.Open(path); err != nil {
+		if f, err = st.open(path); err != nil {
 			return diskErr("read", c, err)
 		}
 		err = st.readVerified(c, f, tab, off, dst)
@@ -530,7 +530,7 @@ func (st *store) openData(path string, direct bool) (vfs.File, bool, error) {
 		}
 		st.refuseDirect(err)
 	}
-	f, err := st.fs.Open(path)
+	f, err := st.open(path)
 	return f, false, err
 }
 
@@ -554,7 +554,7 @@ func (st *store) loadSidecar(c chunkID, size uint64) (checksum.Table, error) {
 }
 
 func (st *store) readSidecar(c chunkID, size uint64) ([]byte, error) {
-	f, err := st.fs.Open(st.sidecarPath(c))
+	f, err := st.open(st.sidecarPath(c))
 	if errors.Is(err, fs.ErrNotExist) {
 		// Either a delete raced this read (it removes data, then sidecar),
 		// or the sidecar is lost.

@@ -14,12 +14,15 @@ import (
 // The chunk store reaches the disk through a vfs.FS (Options.FS, default
 // vfs.Default), so that tests can inject EIO, ENOSPC, torn writes and
 // crashes (errorfs, vfs.NewCrashableMem) as they do at the MDS. On
-// vfs.Default, and only there (store.raw), four things go around the
-// interface to the OS, because vfs.FS cannot express them:
+// vfs.Default, and only there (store.raw), five things go around the
+// interface to the OS, because vfs.FS cannot express them or costs more:
 //
 //   - temp files of chunk writes are created by st.openFile with O_EXCL,
 //     mode 0600 and, for data, O_DIRECT (createTemp);
 //   - chunk data is opened with O_DIRECT for reads (openData);
+//   - data files and sidecars are opened for reading by st.openFile
+//     (open): vfs.Default's Open adds an fstatfs (and on ext4 a
+//     sync_file_range probe) to every open, twice per chunk read;
 //   - lstat, so that a symlink never passes for a chunk (lstat);
 //   - directory listings with the entries' types from the directory
 //     itself, without a stat per sidecar (readDir).
@@ -67,6 +70,19 @@ func (st *store) createTemp(path string, direct bool) (vfs.File, error) {
 		flags |= syscall.O_DIRECT
 	}
 	f, err := st.openFile(path, flags, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// open opens path for reading: os.OpenFile on vfs.Default (see above),
+// the FS's Open elsewhere.
+func (st *store) open(path string) (vfs.File, error) {
+	if !st.raw {
+		return st.fs.Open(path)
+	}
+	f, err := st.openFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
