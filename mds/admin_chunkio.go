@@ -15,8 +15,8 @@ import (
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
 
-// Chunk I/O of the administration worker: its OST connections, and
-// chunk reads, verified writes and rebuilds from parity.
+// Chunk I/O of the administration worker: its OST clients (from the
+// server's pool, ostpool.go), and chunk reads, verified writes and rebuilds from parity.
 
 // adminOst returns a client of OST id.
 func (s *Server) adminOst(id uint32) (ostpb.OstClient, error) {
@@ -29,24 +29,7 @@ func (s *Server) adminOst(id uint32) (ostpb.OstClient, error) {
 	if info == nil {
 		return nil, fmt.Errorf("OST %d: %w", id, errs.ErrNotFound)
 	}
-	w := &s.admin
-	w.connMu.Lock()
-	defer w.connMu.Unlock()
-	c, ok := w.conns[id]
-	if ok && c.addr != info.Addr {
-		c.cc.Close()
-		delete(w.conns, id)
-		ok = false
-	}
-	if !ok {
-		cc, err := s.dialOST(info.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("dial OST %d at %s: %w", id, info.Addr, err)
-		}
-		c = &ostConn{addr: info.Addr, cc: cc, c: ostpb.NewOstClient(cc)}
-		w.conns[id] = c
-	}
-	return c.c, nil
+	return s.ostPool.client(id, info.Addr)
 }
 
 func (s *Server) ostDelete(ctx context.Context, info *mdspb.OstInfo, ids []*ostpb.ChunkId) error {

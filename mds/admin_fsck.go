@@ -121,12 +121,6 @@ func (s *Server) Fsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mdspb.Fsc
 	}
 	onOst := map[uint32]map[chunkKey]stat{}
 	conns := map[uint32]ostpb.OstClient{}
-	var closers []func() error
-	defer func() {
-		for _, c := range closers {
-			c()
-		}
-	}()
 	for _, id := range sortedIDs(mapKeys(ov.infos)) {
 		if ov.state[id] == ostRemoved {
 			continue
@@ -135,13 +129,11 @@ func (s *Server) Fsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mdspb.Fsc
 			problem(&mdspb.FsckProblem{Kind: "unreachable", Ost: id, Detail: "OST is down: its chunks were not checked"})
 			continue
 		}
-		cc, err := s.dialOST(ov.infos[id].Addr)
+		c, err := s.ostPool.client(id, ov.infos[id].Addr)
 		if err != nil {
 			problem(&mdspb.FsckProblem{Kind: "unreachable", Ost: id, Detail: err.Error()})
 			continue
 		}
-		closers = append(closers, cc.Close)
-		c := ostpb.NewOstClient(cc)
 		conns[id] = c
 		m := map[chunkKey]stat{}
 		var after *ostpb.ChunkId

@@ -128,16 +128,14 @@ func (o *AdminOptions) setDefaults(gcGrace time.Duration) error {
 	return nil
 }
 
-// adminWorker is the worker's state. Everything but kick, connMu, conns,
-// met and mu is owned by the worker goroutine (the copies of one batch run
-// on goroutines of their own, which touch only conns and met).
+// adminWorker is the worker's state. Everything but kick, met and mu is
+// owned by the worker goroutine (the copies of one batch run on goroutines
+// of their own, which touch only met and the server's OST pool).
 type adminWorker struct {
 	kick chan struct{} // buffered(1): run a round now
 	met  *adminMetrics // set by newMetrics (admin_metrics.go)
 
-	started   time.Time  // jobs wait a heartbeat timeout after Open, until OSTs reported
-	connMu    sync.Mutex // guards conns
-	conns     map[uint32]*ostConn
+	started   time.Time            // jobs wait a heartbeat timeout after Open, until OSTs reported
 	downSince map[uint32]time.Time // when the worker first saw an OST down
 	badRetry  map[string]badRetry  // bad chunks whose repair failed or could not be checked: not before (admin_bad.go)
 	stalled   map[string]int       // passes without progress, by job kind
@@ -151,7 +149,6 @@ type adminWorker struct {
 func (s *Server) startAdmin() {
 	w := &s.admin
 	w.kick = make(chan struct{}, 1)
-	w.conns = make(map[uint32]*ostConn)
 	w.started = s.o.Now()
 	w.downSince = make(map[uint32]time.Time)
 	w.badRetry = make(map[string]badRetry)
@@ -185,14 +182,6 @@ func (s *Server) waitRound(ctx context.Context) error {
 
 func (s *Server) adminLoop(ctx context.Context) {
 	w := &s.admin
-	defer func() {
-		w.connMu.Lock()
-		defer w.connMu.Unlock()
-		for id, c := range w.conns {
-			c.cc.Close()
-			delete(w.conns, id)
-		}
-	}()
 	tick := time.NewTicker(s.o.Admin.Interval)
 	defer tick.Stop()
 	for {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
@@ -27,13 +26,6 @@ import (
 // entry, moved back by gcRetryDelay, and the OSTs that did confirm are
 // remembered (in memory) and not asked again; an OST no longer registered
 // counts as done.
-
-// ostConn is a cached client connection to one OST.
-type ostConn struct {
-	addr string
-	cc   *grpc.ClientConn
-	c    ostpb.OstClient
-}
 
 // gcEntry is one due GC-queue entry.
 type gcEntry struct {
@@ -68,7 +60,7 @@ func (s *Server) gcLoop(ctx context.Context) {
 	}
 }
 
-// gcRound runs one round of GC. It uses s.gc.conns unlocked, so it runs
+// gcRound runs one round of GC. It uses s.gc.confirmed unlocked, so it runs
 // only on the GC goroutine (tests call it directly with a GCInterval long
 // enough that the loop never fires).
 func (s *Server) gcRound(ctx context.Context) error {
@@ -218,24 +210,15 @@ func (s *Server) dueGC(now int64) ([]gcEntry, error) {
 	return out, err
 }
 
-// deleteChunks asks one OST to delete chunks, dialing it if needed.
+// deleteChunks asks one OST to delete chunks (its connection from the
+// server's pool, ostpool.go).
 func (s *Server) deleteChunks(ctx context.Context, info *mdspb.OstInfo, chunks []*ostpb.ChunkId) error {
-	c, ok := s.gc.conns[info.Id]
-	if ok && c.addr != info.Addr {
-		c.cc.Close()
-		delete(s.gc.conns, info.Id)
-		ok = false
-	}
-	if !ok {
-		cc, err := s.dialOST(info.Addr)
-		if err != nil {
-			return fmt.Errorf("dial OST %d at %s: %w", info.Id, info.Addr, err)
-		}
-		c = &ostConn{addr: info.Addr, cc: cc, c: ostpb.NewOstClient(cc)}
-		s.gc.conns[info.Id] = c
+	c, err := s.ostPool.client(info.Id, info.Addr)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, gcCallTimeout)
 	defer cancel()
-	_, err := c.c.DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: chunks})
+	_, err = c.DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: chunks})
 	return err
 }

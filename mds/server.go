@@ -172,10 +172,12 @@ type Server struct {
 	// stops it and waits before closing Pebble.
 	tasks tasks
 
-	// gc is owned by the GC goroutine; Close waits for it before touching
-	// conns.
+	// ostPool holds the connections to OSTs of the GC, the
+	// administration worker and fsck (ostpool.go); Close closes it.
+	ostPool *ostPool
+
+	// gc is owned by the GC goroutine.
 	gc struct {
-		conns map[uint32]*ostConn
 		// confirmed[extent] holds the OSTs that deleted their chunk of
 		// an extent still in the queue (other OSTs failed).
 		confirmed map[uint64]map[uint32]bool
@@ -209,6 +211,7 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	s := &Server{o: opts, log: opts.Logger}
 	s.osts.m = make(map[uint32]*ostState)
 	s.sess.t = newSessionTable(int64(opts.SessionLease))
+	s.ostPool = newOstPool(s.dialOST)
 	db, err := pebble.Open(opts.Dir, &pebble.Options{FS: opts.FS, Logger: pebbleLogger{opts.Logger}})
 	if err != nil {
 		return nil, fmt.Errorf("mds: open pebble in %s: %w", opts.Dir, err)
@@ -242,7 +245,6 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.m = m
 	s.tasks.start(ctx)
-	s.gc.conns = make(map[uint32]*ostConn)
 	s.gc.confirmed = make(map[uint64]map[uint32]bool)
 	s.gc.kick = make(chan chan error)
 	s.tasks.Go(s.gcLoop)
@@ -342,10 +344,6 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.tasks.stop()
-		for id, c := range s.gc.conns {
-			c.cc.Close()
-			delete(s.gc.conns, id)
-		}
 		var rerr error
 		if s.raft != nil {
 			rerr = s.raft.close()
@@ -353,6 +351,7 @@ func (s *Server) Close() error {
 		s.life.Lock()
 		defer s.life.Unlock()
 		s.closed = true
+		s.ostPool.close()
 		s.closeErr = s.db.Close()
 		if s.closeErr == nil {
 			s.closeErr = rerr
