@@ -202,8 +202,9 @@ type Server struct {
 }
 
 // Open opens (creating on first use) the MDS database in o.Dir and starts
-// the GC and session loops.
-func Open(ctx context.Context, o Options) (*Server, error) {
+// the GC and session loops. When a step fails, everything opened before it
+// (Pebble, the Raft replica) is closed again, in reverse order.
+func Open(ctx context.Context, o Options) (_ *Server, err error) {
 	opts, err := o.withDefaults()
 	if err != nil {
 		return nil, err
@@ -212,39 +213,42 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	s.osts.m = make(map[uint32]*ostState)
 	s.sess.t = newSessionTable(int64(opts.SessionLease))
 	s.ostPool = newOstPool(s.dialOST)
+	var undo []func() // the closes of what is open so far, in opening order
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
 	db, err := pebble.Open(opts.Dir, &pebble.Options{FS: opts.FS, Logger: pebbleLogger{opts.Logger}})
 	if err != nil {
 		return nil, fmt.Errorf("mds: open pebble in %s: %w", opts.Dir, err)
 	}
 	s.db = db
+	undo = append(undo, func() { db.Close() })
 	if err := s.init(); err != nil {
-		db.Close()
 		return nil, err
 	}
+	// The group starts before the replica: a member that leads at once
+	// formats a new group's database on it (raftleader.go).
+	s.tasks.start(ctx)
+	undo = append(undo, s.tasks.stop)
 	if opts.Raft != nil {
 		if err := s.startReplica(*opts.Raft); err != nil {
-			db.Close()
 			return nil, err
 		}
+		undo = append(undo, func() { s.raft.close() })
 	}
 	if err := s.loadOsts(); err != nil {
-		db.Close()
 		return nil, err
 	}
 	if err := s.loadOstStates(); err != nil {
-		db.Close()
 		return nil, err
 	}
-	m, err := newMetrics(opts.Registry, s)
-	if err != nil {
-		if s.raft != nil {
-			s.raft.close()
-		}
-		db.Close()
+	if s.m, err = newMetrics(opts.Registry, s); err != nil {
 		return nil, err
 	}
-	s.m = m
-	s.tasks.start(ctx)
 	s.gc.confirmed = make(map[uint64]map[uint32]bool)
 	s.gc.kick = make(chan chan error)
 	s.tasks.Go(s.gcLoop)
