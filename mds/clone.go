@@ -104,12 +104,7 @@ func (s *Server) CloneExtents(ctx context.Context, req *mdspb.CloneExtentsReques
 			end = max(end, p.dstOff+p.length)
 		}
 		dst.Attr.Size = end
-		dst.Attr.MtimeNs = req.GetMtimeNs()
-		if dst.Attr.MtimeNs == 0 {
-			dst.Attr.MtimeNs = t.now
-		}
-		dst.Attr.CtimeNs = t.now
-		t.touch(dst)
+		t.dataChanged(dst, req.GetMtimeNs())
 		out.Attr = proto.Clone(dst.Attr).(*mdspb.Attr)
 		return nil
 	})

@@ -177,6 +177,17 @@ func (t *txn) regularFile(ino uint64) (*mdspb.Inode, error) {
 	return n, nil
 }
 
+// dataChanged sets a file's mtime to mtimeNs (0: now) and its ctime to
+// now after a change of its data.
+func (t *txn) dataChanged(n *mdspb.Inode, mtimeNs int64) {
+	n.Attr.MtimeNs = mtimeNs
+	if n.Attr.MtimeNs == 0 {
+		n.Attr.MtimeNs = t.now
+	}
+	n.Attr.CtimeNs = t.now
+	t.touch(n)
+}
+
 // fileData returns regular file ino for cl to read or write its data
 // (want: mayRead or mayWrite), by mode or as its owner: the rule of the
 // capabilities for its chunks; op names the call in a refusal.
@@ -380,12 +391,7 @@ func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequ
 			end = max(end, r.FileOff+r.Length)
 		}
 		n.Attr.Size = end
-		n.Attr.MtimeNs = req.GetMtimeNs()
-		if n.Attr.MtimeNs == 0 {
-			n.Attr.MtimeNs = t.now
-		}
-		n.Attr.CtimeNs = t.now
-		t.touch(n)
+		t.dataChanged(n, req.GetMtimeNs())
 		out = attrReply(n)
 		return t.setReply(out)
 	})

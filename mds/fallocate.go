@@ -56,12 +56,7 @@ func (s *Server) Fallocate(ctx context.Context, req *mdspb.FallocateRequest) (_ 
 		if mode&fallocKeepSize == 0 {
 			n.Attr.Size = max(n.Attr.Size, end)
 		}
-		n.Attr.MtimeNs = req.GetMtimeNs()
-		if n.Attr.MtimeNs == 0 {
-			n.Attr.MtimeNs = t.now
-		}
-		n.Attr.CtimeNs = t.now
-		t.touch(n)
+		t.dataChanged(n, req.GetMtimeNs())
 		out = attrReply(n)
 		return t.setReply(out)
 	})
