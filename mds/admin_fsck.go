@@ -32,12 +32,7 @@ type chunkKey struct {
 // wrong-length chunks are queued for the worker to rebuild, orphans are
 // deleted, and a repair job starts for chunks on removed OSTs.
 // Checksums are the scrubber's job, not fsck's.
-func (s *Server) Fsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mdspb.FsckReply, err error) {
-	done, err := s.start("fsck")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleFsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mdspb.FsckReply, err error) {
 	grace := time.Duration(req.GetOrphanGraceNs())
 	if grace <= 0 {
 		grace = s.o.GCGrace
@@ -235,7 +230,7 @@ func (s *Server) Fsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mdspb.Fsc
 
 	if req.GetRepair() {
 		if len(bad) > 0 {
-			if _, err := s.ReportCorrupt(ctx, &mdspb.ReportCorruptRequest{Chunks: bad}); err != nil {
+			if _, err := s.handleReportCorrupt(ctx, &mdspb.ReportCorruptRequest{Chunks: bad}); err != nil {
 				return nil, err
 			}
 		}
@@ -303,12 +298,7 @@ func boolKeys[V any](m map[uint32]V) map[uint32]bool { return mapKeys(m) }
 // RunGC runs a GC round now (expired allocations, due GC-queue entries)
 // and a worker round (old copies of moved chunks past their grace), and
 // reports what is left waiting.
-func (s *Server) RunGC(ctx context.Context, req *mdspb.GCRequest) (_ *mdspb.GCReply, err error) {
-	done, err := s.start("rungc")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleRunGC(ctx context.Context, req *mdspb.GCRequest) (_ *mdspb.GCReply, err error) {
 	before, err := s.gcCounts()
 	if err != nil {
 		return nil, err

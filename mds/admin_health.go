@@ -41,12 +41,7 @@ const maxHealthFiles = 1000
 
 // Health counts the degraded and unreadable committed extents now, and
 // names the files that hold them (req.max_files, unreadable first).
-func (s *Server) Health(ctx context.Context, req *mdspb.HealthRequest) (_ *mdspb.HealthReply, err error) {
-	done, err := s.start("health")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleHealth(ctx context.Context, req *mdspb.HealthRequest) (_ *mdspb.HealthReply, err error) {
 	ov := s.ostView()
 	gone := map[uint32]bool{0: true} // 0: a slot left unplaced
 	for id := range ov.infos {

@@ -15,12 +15,7 @@ import (
 // directories created in it from then on (existing ones keep theirs), or of
 // an empty regular file (no extents yet), as `lfs setstripe` does. A file
 // with data keeps its layout: rewriting it into another is a migration.
-func (s *Server) SetLayout(ctx context.Context, req *mdspb.SetLayoutRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("setlayout")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleSetLayout(ctx context.Context, req *mdspb.SetLayoutRequest) (_ *mdspb.AttrReply, err error) {
 	l := req.GetLayout()
 	if err := validLayout(l); err != nil {
 		return nil, err
@@ -30,10 +25,7 @@ func (s *Server) SetLayout(ctx context.Context, req *mdspb.SetLayoutRequest) (_ 
 	if err := (layout.Layout{K: int(l.K), M: int(l.M), Unit: int64(l.Unit)}).Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
 	err = s.update(func(t *txn) error {
 		n, err := t.inode(req.GetIno())

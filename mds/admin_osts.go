@@ -72,12 +72,7 @@ func (s *Server) ostAdmin() map[uint32]uint32 {
 // while any committed or pending extent still has a chunk on the OST
 // (drain or repair first), unless force: then its chunks count as lost and
 // repair rebuilds them elsewhere.
-func (s *Server) SetOstState(ctx context.Context, req *mdspb.SetOstStateRequest) (_ *mdspb.OstInfo, err error) {
-	done, err := s.start("setoststate")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleSetOstState(ctx context.Context, req *mdspb.SetOstStateRequest) (_ *mdspb.OstInfo, err error) {
 	var st uint32
 	switch req.GetState() {
 	case "active", StateUp:

@@ -30,12 +30,7 @@ func validJobKind(kind string) error {
 // StartJob starts a job, or resumes a stopped one (keeping its progress;
 // non-zero parameters of the request replace the stored ones). A running
 // job is returned as it is.
-func (s *Server) StartJob(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.AdminJob, err error) {
-	done, err := s.start("startjob")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleStartJob(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.AdminJob, err error) {
 	return s.startJob(req)
 }
 
@@ -113,12 +108,7 @@ func (s *Server) checkRepairOsts(ids []uint32) error {
 }
 
 // StopJob stops a running job after its current batch; StartJob resumes it.
-func (s *Server) StopJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
-	done, err := s.start("stopjob")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleStopJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
 	if err := validJobKind(req.GetKind()); err != nil {
 		return nil, err
 	}
@@ -131,12 +121,7 @@ func (s *Server) StopJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.A
 
 // GetJob returns the state of a job kind ("idle" if it never ran), with
 // the files of its damaged extents named when req.files is set.
-func (s *Server) GetJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
-	done, err := s.start("getjob")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleGetJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.AdminJob, err error) {
 	if err := validJobKind(req.GetKind()); err != nil {
 		return nil, err
 	}
@@ -149,12 +134,7 @@ func (s *Server) GetJob(ctx context.Context, req *mdspb.JobRequest) (_ *mdspb.Ad
 
 // PlanRebalance returns the plan a rebalance would run now, without
 // running it.
-func (s *Server) PlanRebalance(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.RebalancePlan, err error) {
-	done, err := s.start("planrebalance")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handlePlanRebalance(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.RebalancePlan, err error) {
 	thr := req.GetThresholdPct()
 	if thr < 0 || thr > 100 {
 		return nil, fmt.Errorf("threshold %v%% (0..100): %w", thr, errs.ErrInvalid)
@@ -199,12 +179,7 @@ func (s *Server) PlanRebalance(ctx context.Context, req *mdspb.StartJobRequest) 
 // again before anything is rebuilt. A chunk queued already is not queued
 // again, except that a scrub's or fsck's report replaces a client's (it
 // needs no check).
-func (s *Server) ReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequest) (_ *mdspb.Empty, err error) {
-	done, err := s.start("reportcorrupt")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleReportCorrupt(ctx context.Context, req *mdspb.ReportCorruptRequest) (_ *mdspb.Empty, err error) {
 	if len(req.GetChunks()) > 10000 {
 		return nil, fmt.Errorf("report of %d chunks (at most 10000): %w", len(req.GetChunks()), errs.ErrInvalid)
 	}

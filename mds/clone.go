@@ -28,20 +28,12 @@ const maxCloneRanges = 1 << 16
 
 // CloneExtents makes ranges of file src part of file dst in one
 // transaction (mdspb.CloneExtentsRequest says how).
-func (s *Server) CloneExtents(ctx context.Context, req *mdspb.CloneExtentsRequest) (_ *mdspb.CloneExtentsReply, err error) {
-	done, err := s.start("cloneextents")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleCloneExtents(ctx context.Context, req *mdspb.CloneExtentsRequest) (_ *mdspb.CloneExtentsReply, err error) {
 	ranges := req.GetRanges()
 	if len(ranges) == 0 || len(ranges) > maxCloneRanges {
 		return nil, fmt.Errorf("clone of %d ranges (1..%d): %w", len(ranges), maxCloneRanges, errs.ErrInvalid)
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	out := &mdspb.CloneExtentsReply{}
 	err = s.update(func(t *txn) error {
 		src, err := t.regularFile(req.GetSrcIno())

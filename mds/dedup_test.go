@@ -172,7 +172,7 @@ func BenchmarkRaftCreateRequestID(b *testing.B) {
 			n++
 			i := n
 			mu.Unlock()
-			ctx := context.WithValue(context.Background(), reqIDKey{}, &reqSlot{id: fmt.Sprintf("bench-%d", i)})
+			ctx := context.WithValue(context.Background(), callKey{}, &callInfo{reqID: fmt.Sprintf("bench-%d", i)})
 			if _, err := s.Create(ctx, &mdspb.CreateRequest{Parent: rootIno, Name: fmt.Appendf(nil, "f%d", i), Mode: sIFREG | 0o644, Exclusive: true}); err != nil {
 				b.Error(err)
 				return

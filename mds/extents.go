@@ -116,16 +116,8 @@ func (t *txn) punch(ino, a, b uint64) error {
 func (t *txn) truncateMap(ino, size uint64) error { return t.punch(ino, size, math.MaxUint64) }
 
 // GetExtents returns a file's attributes and its whole extent map.
-func (s *Server) GetExtents(ctx context.Context, req *mdspb.GetExtentsRequest) (_ *mdspb.GetExtentsReply, err error) {
-	done, err := s.start("getextents")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) handleGetExtents(ctx context.Context, req *mdspb.GetExtentsRequest) (_ *mdspb.GetExtentsReply, err error) {
+	cl := s.callerOf(ctx)
 	out := &mdspb.GetExtentsReply{}
 	err = s.snapshot(func(r reader) error {
 		var err error
@@ -209,20 +201,12 @@ func (t *txn) fileData(cl caller, ino uint64, want uint32, op string) (*mdspb.In
 // slots are 0, unplaced: a narrow extent, widened later by the MDS).
 // Each is recorded as pending until committed; one never committed is
 // collected after GCGrace. A refusal says why, here and in the log.
-func (s *Server) AllocExtents(ctx context.Context, req *mdspb.AllocExtentsRequest) (_ *mdspb.AllocExtentsReply, err error) {
-	done, err := s.start("allocextents")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleAllocExtents(ctx context.Context, req *mdspb.AllocExtentsRequest) (_ *mdspb.AllocExtentsReply, err error) {
 	count := req.GetCount()
 	if count == 0 || count > maxAllocCount {
 		return nil, fmt.Errorf("alloc of %d extents (1..%d): %w", count, maxAllocCount, errs.ErrInvalid)
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	out := &mdspb.AllocExtentsReply{}
 	var placedBytes map[uint32]uint64
 	narrow := 0
@@ -341,23 +325,15 @@ func validRef(r *mdspb.ExtentRef) error {
 // wins), and extends its size. Each extent must be a pending allocation or
 // an extent already referenced somewhere; an allocation that expired (or
 // never existed) is ErrStale: the client allocates and writes again.
-func (s *Server) CommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("commitextents")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleCommitExtents(ctx context.Context, req *mdspb.CommitExtentsRequest) (_ *mdspb.AttrReply, err error) {
 	for _, r := range req.GetExtents() {
 		if err := validRef(r); err != nil {
 			return nil, err
 		}
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateSynced(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		// The rule of AllocExtents: write permission, or the owner (who
 		// may write through a descriptor opened before a chmod, or a
 		// file it created 0444). The client commits with the identity
@@ -462,7 +438,7 @@ func (t *txn) claimExtent(e *mdspb.Extent) (*mdspb.Extent, error) {
 		if !ok || !proto.Equal(pend.GetLayout(), e.GetLayout()) {
 			return nil, fmt.Errorf("extent %d: layout or placement differs from its allocation: %w", e.Id, errs.ErrInvalid)
 		}
-		if have, need := placed(e.GetOsts()), t.s.o.Placement.minChunks(e.GetLayout()); have < need {
+		if have, need := placed(e.GetOsts()), t.env.placement.minChunks(e.GetLayout()); have < need {
 			return nil, fmt.Errorf("extent %d: %d chunks written, need %d for RS %d+%d: %w",
 				e.Id, have, need, e.GetLayout().GetK(), e.GetLayout().GetM(), errs.ErrInvalid)
 		}
@@ -473,7 +449,7 @@ func (t *txn) claimExtent(e *mdspb.Extent) (*mdspb.Extent, error) {
 		// OST writes chunks atomically): delete it after the grace,
 		// unless the extent is widened onto that OST again by then.
 		for _, j := range dropped {
-			k := retireKey(t.now+int64(t.s.o.Admin.RetireGrace), e.Id, uint32(j))
+			k := retireKey(t.now+int64(t.env.retireGrace), e.Id, uint32(j))
 			if err := t.b.Set(k, u32(nil, pend.Osts[j]), nil); err != nil {
 				return nil, err
 			}

@@ -19,12 +19,7 @@ const (
 // extent map (mdspb.FallocateRequest says which modes and how). A hole is
 // the absence of entries: it reads as zeros, and the extents no entry
 // names any more are queued for GC in the same transaction.
-func (s *Server) Fallocate(ctx context.Context, req *mdspb.FallocateRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("fallocate")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleFallocate(ctx context.Context, req *mdspb.FallocateRequest) (_ *mdspb.AttrReply, err error) {
 	mode, off, length := req.GetMode(), req.GetOffset(), req.GetLength()
 	switch mode {
 	case fallocPunchHole | fallocKeepSize, fallocZeroRange, fallocZeroRange | fallocKeepSize:
@@ -39,12 +34,9 @@ func (s *Server) Fallocate(ctx context.Context, req *mdspb.FallocateRequest) (_ 
 	if off > maxFileSize || length > maxFileSize-off {
 		return nil, fmt.Errorf("fallocate of %d+%d: %w", off, length, errs.ErrTooLarge)
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateSynced(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		n, err := t.fileData(cl, req.GetIno(), mayWrite, "fallocate")
 		if err != nil {
 			return err

@@ -16,12 +16,7 @@ import (
 // by reference: tmp's entries become src's (their refcounts are
 // unchanged), src's old entries are dropped (their extents go to GC when
 // unreferenced), and tmp's name and inode go.
-func (s *Server) MigrateCommit(ctx context.Context, req *mdspb.MigrateCommitRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("migratecommit")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleMigrateCommit(ctx context.Context, req *mdspb.MigrateCommitRequest) (_ *mdspb.AttrReply, err error) {
 	if err := validName(req.GetTmpName()); err != nil {
 		return nil, err
 	}
@@ -29,7 +24,7 @@ func (s *Server) MigrateCommit(ctx context.Context, req *mdspb.MigrateCommitRequ
 		return nil, fmt.Errorf("migrate inode %d onto itself: %w", req.GetSrcIno(), errs.ErrInvalid)
 	}
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		src, err := t.regularFile(req.GetSrcIno())
 		if err != nil {
 			return fmt.Errorf("migrate source: %w", err)

@@ -77,19 +77,11 @@ func readInode(r reader, ino uint64) (*mdspb.Inode, error) {
 }
 
 // Lookup returns the attributes of name in directory parent.
-func (s *Server) Lookup(ctx context.Context, req *mdspb.LookupRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("lookup")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleLookup(ctx context.Context, req *mdspb.LookupRequest) (_ *mdspb.AttrReply, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
 	err = s.snapshot(func(r reader) error {
 		p, err := readInode(r, req.GetParent())
@@ -121,12 +113,7 @@ func (s *Server) Lookup(ctx context.Context, req *mdspb.LookupRequest) (_ *mdspb
 }
 
 // GetAttr returns an inode's attributes.
-func (s *Server) GetAttr(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("getattr")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleGetAttr(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mdspb.AttrReply, err error) {
 	n, err := readInode(s.db, req.GetIno())
 	if err != nil {
 		return nil, err
@@ -140,23 +127,15 @@ const setAttrAll = uint32(mdspb.SetAttrBits_SETATTR_MODE | mdspb.SetAttrBits_SET
 
 // SetAttr changes the attributes named by req.valid. A size change of a
 // regular file truncates its extent map; growing only sets the size.
-func (s *Server) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("setattr")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleSetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (_ *mdspb.AttrReply, err error) {
 	valid := req.GetValid()
 	if valid&^setAttrAll != 0 {
 		return nil, fmt.Errorf("setattr: unknown valid bits %#x: %w", valid&^setAttrAll, errs.ErrInvalid)
 	}
 	has := func(b mdspb.SetAttrBits) bool { return valid&uint32(b) != 0 }
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
@@ -243,12 +222,7 @@ func (t *txn) dirChanged(d *mdspb.Inode) {
 // block or character device node (only for root, the holder of
 // CAP_MKNOD; the device number is kept in the inode's rdev). The layout
 // comes from the request or the parent directory.
-func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("create")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleCreate(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
@@ -270,15 +244,12 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 			return nil, err
 		}
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	if device && !cl.root() {
 		return nil, fmt.Errorf("mknod of a device node by uid %d (needs CAP_MKNOD): %w", cl.uid, errs.ErrNotPermitted)
 	}
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -338,13 +309,8 @@ func (s *Server) Create(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb
 
 // Sync makes every mutation committed so far durable; it returns at once
 // when they all are.
-func (s *Server) Sync(ctx context.Context, _ *mdspb.Empty) (_ *mdspb.Empty, err error) {
-	done, err := s.start("sync")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
-	if err := s.wal.flush(s.db); err != nil {
+func (s *Server) handleSync(ctx context.Context, _ *mdspb.Empty) (_ *mdspb.Empty, err error) {
+	if err := s.commits.flush(); err != nil {
 		return nil, err
 	}
 	return &mdspb.Empty{}, nil
@@ -365,12 +331,7 @@ func (s *Server) openCreated(t *txn, req *mdspb.CreateRequest, out *mdspb.AttrRe
 
 // Mkdir makes a directory; it inherits the parent's layout unless the
 // request names one.
-func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("mkdir")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleMkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.AttrReply, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
@@ -384,12 +345,9 @@ func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.
 			return nil, err
 		}
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -432,12 +390,7 @@ func (s *Server) Mkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *mdspb.
 }
 
 // Symlink makes a symbolic link to target.
-func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("symlink")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleSymlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mdspb.AttrReply, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
@@ -448,12 +401,9 @@ func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mds
 	case len(target) > maxSymlinkLen:
 		return nil, fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), maxSymlinkLen, errs.ErrNameTooLong)
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -484,12 +434,7 @@ func (s *Server) Symlink(ctx context.Context, req *mdspb.SymlinkRequest) (_ *mds
 }
 
 // Readlink returns a symlink's target.
-func (s *Server) Readlink(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mdspb.ReadlinkReply, err error) {
-	done, err := s.start("readlink")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleReadlink(ctx context.Context, req *mdspb.GetAttrRequest) (_ *mdspb.ReadlinkReply, err error) {
 	n, err := readInode(s.db, req.GetIno())
 	if err != nil {
 		return nil, err
@@ -501,21 +446,13 @@ func (s *Server) Readlink(ctx context.Context, req *mdspb.GetAttrRequest) (_ *md
 }
 
 // Link adds a hard link to a non-directory.
-func (s *Server) Link(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("link")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleLink(ctx context.Context, req *mdspb.LinkRequest) (_ *mdspb.AttrReply, err error) {
 	if err := validName(req.GetNewName()); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
@@ -565,7 +502,7 @@ func (t *txn) dropLink(n *mdspb.Inode) error {
 	if n.Attr.Nlink > 0 {
 		return nil
 	}
-	if t.s.inodeOpen(n.Attr.Ino) {
+	if t.env.open(n.Attr.Ino) {
 		return t.b.Set(orphanKey(n.Attr.Ino), encodeU64(uint64(t.now)), nil)
 	}
 	if err := t.truncateMap(n.Attr.Ino, 0); err != nil {
@@ -594,21 +531,13 @@ func (t *txn) removeDir(p, d *mdspb.Inode) error {
 }
 
 // Unlink removes a non-directory entry.
-func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.UnlinkReply, err error) {
-	done, err := s.start("unlink")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleUnlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.UnlinkReply, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.UnlinkReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err
@@ -647,20 +576,12 @@ func (s *Server) Unlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb
 }
 
 // Rmdir removes an empty directory.
-func (s *Server) Rmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.Empty, err error) {
-	done, err := s.start("rmdir")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleRmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.Empty, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	err = s.updateFor(ctx, func(t *txn) error {
+	cl := s.callerOf(ctx)
+	err = s.commit(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
 		if err != nil {
 			return err

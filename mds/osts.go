@@ -144,12 +144,7 @@ func (t *txn) persistOst(info *mdspb.OstInfo) error {
 // RegisterOst returns the stable id of the OST with this uuid, assigning
 // the next id (from 1) on first registration. Registering counts as a
 // heartbeat.
-func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest) (_ *mdspb.RegisterOstReply, err error) {
-	done, err := s.start("registerost")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleRegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest) (_ *mdspb.RegisterOstReply, err error) {
 	uuid, addr := req.GetUuid(), req.GetAddr()
 	switch {
 	case uuid == "" || len(uuid) > maxUUIDLen:
@@ -220,12 +215,7 @@ func (s *Server) RegisterOst(ctx context.Context, req *mdspb.RegisterOstRequest)
 // Heartbeat records that an OST is alive, with its current space. Only an
 // address change is persisted. An unknown id is ErrNotFound: the OST then
 // registers again.
-func (s *Server) Heartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ *mdspb.Empty, err error) {
-	done, err := s.start("heartbeat")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleHeartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ *mdspb.Empty, err error) {
 	id := req.GetId()
 	if id == 0 {
 		return nil, fmt.Errorf("heartbeat without an OST id: %w", errs.ErrInvalid)
@@ -261,11 +251,6 @@ func (s *Server) Heartbeat(ctx context.Context, req *mdspb.HeartbeatRequest) (_ 
 }
 
 // ListOsts returns every registered OST, up or not.
-func (s *Server) ListOsts(ctx context.Context, req *mdspb.ListOstsRequest) (_ *mdspb.ListOstsReply, err error) {
-	done, err := s.start("listosts")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleListOsts(ctx context.Context, req *mdspb.ListOstsRequest) (_ *mdspb.ListOstsReply, err error) {
 	return &mdspb.ListOstsReply{Osts: s.listOsts(), NarrowExtents: s.narrowCount(), MinParity: uint32(s.o.Placement.MinParity)}, nil
 }

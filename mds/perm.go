@@ -79,8 +79,10 @@ func (o *IdentityOptions) squashed(id wire.Identity, ok bool) bool {
 	return false
 }
 
-// callerOf returns the mapped identity of the call in ctx.
-func (s *Server) callerOf(ctx context.Context) (caller, error) {
+// mapCaller returns the mapped identity of the call in ctx: the user in
+// its metadata, squashed as Options.Identity says for the node that sent
+// it. The interceptor calls it once per call (intercept.go, callerOf).
+func (s *Server) mapCaller(ctx context.Context) (caller, error) {
 	u, _, err := wire.UserFrom(ctx)
 	if err != nil {
 		return caller{}, err

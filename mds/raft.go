@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // RaftOptions make the MDS one member of a replicated group
@@ -91,8 +92,11 @@ func (o *RaftOptions) withDefaults() (RaftOptions, error) {
 // overlay of proposed but not yet applied batches, and the waiters of
 // proposals.
 //
-// A mutation on the leader (propose) runs under Server.mu as in a single
-// MDS, but its txn reads and writes the overlay batch (ov), which holds
+// The replica drives the MDS's state through the stateMachine interface
+// (commit.go) and is its committer.
+//
+// A mutation on the leader (propose) runs under the mutation lock as in a
+// single MDS, but its txn reads and writes the overlay batch (ov), which holds
 // every batch this leader proposed in its term on top of the applied
 // state; the txn's own writes (the tail of ov) become the Raft entry. So
 // mutations pipeline: the next one does not wait for the previous one's
@@ -105,9 +109,12 @@ func (o *RaftOptions) withDefaults() (RaftOptions, error) {
 // term, appended by a later term) is skipped by every member, so that only
 // batches computed over exactly the log before them are applied.
 //
-// Lock order: Server.mu before replica.mu.
+// Lock order: the mutation lock before replica.mu.
 type replica struct {
-	s     *Server
+	sm    stateMachine
+	db    *pebble.DB // sm.database()
+	tasks *tasks     // the server's goroutine group: the format proposal runs on it
+	creds *wire.Creds
 	o     RaftOptions
 	log   *slog.Logger
 	node  raft.Node
@@ -157,7 +164,8 @@ type replica struct {
 	}
 
 	// ov is the overlay batch: an indexed batch on the database holding
-	// the pending proposals (and some applied ones). Guarded by Server.mu.
+	// the pending proposals (and some applied ones). Guarded by the
+	// mutation lock.
 	ov      *pebble.Batch
 	ovTerm  uint64
 	removed bool // this member was removed from the group
@@ -218,7 +226,8 @@ func (r raftLogger) WithContext(string) raft.Logger { return r }
 // startReplica opens the Raft log and starts the node and its loop. The
 // state machine (s.db) is open; its applied index says where to resume.
 func (s *Server) startReplica(o RaftOptions) (err error) {
-	r := &replica{s: s, o: o, log: s.log.With("member", o.ID), stop: make(chan struct{}), done: make(chan struct{})}
+	r := &replica{sm: s, db: s.db, tasks: &s.tasks, creds: s.o.Creds, o: o,
+		log: s.log.With("member", o.ID), stop: make(chan struct{}), done: make(chan struct{})}
 	r.ctx, r.stopCtxCancel = context.WithCancel(context.Background())
 	if r.m, err = newRaftMetrics(s.o.Registry, r); err != nil {
 		return err
@@ -353,7 +362,7 @@ func (r *replica) restoreConfState(voters []uint64) error {
 	if slices.Equal(have, voters) && len(r.confState.GetLearners()) == 0 {
 		return nil
 	}
-	if err := r.s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := r.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("mds: sync before restoring the group configuration: %w", err)
 	}
 	cs := &rpb.ConfState{Voters: voters}
@@ -536,8 +545,8 @@ func (r *replica) stepDown() {
 		r.mu.termCancel()
 	}
 	r.mu.Unlock()
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
+	r.sm.lockMutations()
+	defer r.sm.unlockMutations()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.mu.serving {
@@ -594,9 +603,9 @@ func (r *replica) waitPending(ctx context.Context, term, upTo uint64) error {
 // applied state (as after a restart: sessions start over, OSTs are seen
 // by their next heartbeat).
 func (r *replica) startServing(term uint64) error {
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	if err := r.s.reloadForLeader(); err != nil {
+	r.sm.lockMutations()
+	defer r.sm.unlockMutations()
+	if err := r.sm.leaderReload(); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -604,13 +613,13 @@ func (r *replica) startServing(term uint64) error {
 	if r.mu.role != raft.StateLeader || r.mu.term != term {
 		return nil
 	}
-	r.ov = r.s.db.NewIndexedBatch()
+	r.ov = r.db.NewIndexedBatch()
 	r.ovTerm = term
 	r.mu.pending = nil
-	_, verr := getValue(r.s.db, versionKey())
+	_, verr := getValue(r.db, versionKey())
 	r.mu.formatted = verr == nil
 	if !r.mu.formatted {
-		r.s.tasks.Go(r.formatReplicated)
+		r.tasks.Go(r.formatReplicated)
 	}
 	r.mu.serving, r.mu.servingTerm = true, term
 	r.mu.leaseUntil, r.mu.leaseHold = time.Time{}, false
@@ -630,20 +639,20 @@ func (r *replica) notLeaderLocked() error {
 	return e
 }
 
-// propose runs fn as one mutation on the leader: under Server.mu, over
+// propose runs fn as one mutation on the leader: under the mutation lock, over
 // the overlay; its writes are proposed as one entry, and propose returns
 // once the entry is applied here (so every later read sees it), or fails
 // with ErrNotLeader when the term ends first. reqID, when set, makes the
 // mutation happen at most once: a batch with the same id applied before
 // (or pending) makes propose return errDuplicate without running fn.
 func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) error) error {
-	s := r.s
-	s.mu.Lock()
+	sm := r.sm
+	sm.lockMutations()
 	r.mu.Lock()
 	if !r.mu.serving || r.ov == nil {
 		err := r.notLeaderLocked()
 		r.mu.Unlock()
-		s.mu.Unlock()
+		sm.unlockMutations()
 		return err
 	}
 	term, termCtx := r.mu.servingTerm, r.mu.termCtx
@@ -651,12 +660,12 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 
 	ov := r.ov
 	beforeLen, beforeCount := len(ov.Repr()), ov.Count()
-	t := &txn{s: s, b: ov, now: s.now(), inodes: make(map[uint64]*cachedInode), refs: make(map[uint64]*refDelta)}
+	t := sm.newTxn(ov)
 	err := runTxn(t, reqID, fn)
 	if err != nil || ov.Count() == beforeCount {
 		if ov.Count() != beforeCount {
 			if rerr := r.rebuildOverlay(); rerr != nil {
-				s.mu.Unlock()
+				sm.unlockMutations()
 				return rerr
 			}
 		}
@@ -673,7 +682,7 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 			upTo = r.mu.pending[n-1].id
 		}
 		r.mu.Unlock()
-		s.mu.Unlock()
+		sm.unlockMutations()
 		if upTo != 0 {
 			if werr := r.waitPending(ctx, term, upTo); werr != nil {
 				return werr
@@ -706,16 +715,16 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 		if rerr := r.rebuildOverlay(); rerr != nil {
 			r.log.Error("rebuild overlay", "err", rerr)
 		}
-		s.mu.Unlock()
+		sm.unlockMutations()
 		return fmt.Errorf("propose: %v: %w", err, nl)
 	}
 	if ov.Len() > overlayMaxBytes {
 		if err := r.rebuildOverlay(); err != nil {
-			s.mu.Unlock()
+			sm.unlockMutations()
 			return err
 		}
 	}
-	s.mu.Unlock()
+	sm.unlockMutations()
 	select {
 	case err := <-w:
 		if err != nil {
@@ -733,19 +742,19 @@ func (r *replica) propose(ctx context.Context, reqID string, fn func(t *txn) err
 // proposals still pending.
 const overlayMaxBytes = 4 << 20
 
-// rebuildOverlay makes a new overlay of the pending proposals. Server.mu
-// is held. An entry leaves pending only after it is in the database, so
+// rebuildOverlay makes a new overlay of the pending proposals. The
+// mutation lock is held. An entry leaves pending only after it is in the database, so
 // nothing is missed; one that is in both is the same writes twice.
 func (r *replica) rebuildOverlay() error {
 	if r.ov != nil {
 		r.ov.Close()
 	}
-	r.ov = r.s.db.NewIndexedBatch()
+	r.ov = r.db.NewIndexedBatch()
 	r.mu.Lock()
 	pend := append([]pendingProp(nil), r.mu.pending...)
 	r.mu.Unlock()
 	for _, p := range pend {
-		if err := applyRepr(r.s.db, r.ov, p.repr); err != nil {
+		if err := applyRepr(r.db, r.ov, p.repr); err != nil {
 			return err
 		}
 	}
@@ -783,17 +792,27 @@ func (r *replica) close() error {
 		r.node.Stop()
 		r.net.close()
 		r.stepDown()
-		r.s.mu.Lock()
+		r.sm.lockMutations()
 		if r.ov != nil {
 			r.ov.Close()
 			r.ov = nil
 		}
-		r.s.mu.Unlock()
+		r.sm.unlockMutations()
 		r.closeErr = r.store.close()
 		r.m.unregister()
 	})
 	return r.closeErr
 }
+
+// The committer side of the replica (commit.go): a mutation is durable
+// and visible once a quorum has it and it is applied here; early replies
+// do not apply.
+
+func (r *replica) commit(ctx context.Context, id string, _ bool, fn func(t *txn) error) error {
+	return r.propose(ctx, id, fn)
+}
+
+func (r *replica) flush() error { return nil }
 
 // dupError is errDuplicate with the answer the mutation recorded
 // (replied; runTxn).

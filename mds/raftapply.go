@@ -111,7 +111,7 @@ func (r *replica) applyEntries(ents []*rpb.Entry) error {
 	r.mu.Lock()
 	applied := r.mu.applied
 	r.mu.Unlock()
-	b := r.s.db.NewBatch()
+	b := r.db.NewBatch()
 	defer b.Close()
 	type outcome struct {
 		id uint64
@@ -147,7 +147,7 @@ func (r *replica) applyEntries(ents []*rpb.Entry) error {
 			}
 			ok := term == e.GetTerm()
 			if ok {
-				if err := applyRepr(r.s.db, b, repr); err != nil {
+				if err := applyRepr(r.db, b, repr); err != nil {
 					return fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
 				}
 			}
@@ -265,7 +265,7 @@ func (r *replica) maybeCompact() error {
 	if applied < r.snapIndex+r.o.SnapshotEntries {
 		return nil
 	}
-	if err := r.s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := r.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("mds: sync before compaction: %w", err)
 	}
 	if err := r.store.compact(applied, r.confState, u64(nil, r.o.ID), r.o.KeepEntries); err != nil {
@@ -339,7 +339,7 @@ func (r *replica) fetchSnapshot(addr string, want uint64) error {
 	if idx < want {
 		return fmt.Errorf("member %s is at %d, behind the snapshot at %d: %w", addr, idx, want, errs.ErrUnavailable)
 	}
-	db := r.s.db
+	db := r.db
 	// Mark, then wipe, then fill.
 	b := db.NewBatch()
 	if err := b.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, nil); err != nil {
@@ -415,7 +415,7 @@ func (r *replica) sendSnapshot(st peerpb.Peer_SnapshotServer) error {
 	r.m.snapshotSends.Inc()
 	// The applied index is read with the snapshot: both come from one
 	// Pebble snapshot.
-	snap := r.s.db.NewSnapshot()
+	snap := r.db.NewSnapshot()
 	defer snap.Close()
 	v, err := getValue(snap, appliedKey())
 	if err != nil {

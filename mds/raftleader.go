@@ -59,7 +59,7 @@ func (r *replica) formatReplicated(ctx context.Context) {
 			} else if !errors.Is(err, errs.ErrNotFound) {
 				return err
 			}
-			return formatBatch(t.b, t.now, r.s.o.DefaultLayout)
+			return r.sm.format(t)
 		})
 		if err == nil {
 			r.mu.Lock()

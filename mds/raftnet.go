@@ -60,7 +60,7 @@ func (n *peerNet) client(addr string) (peerpb.PeerClient, error) {
 	cc, ok := n.mu.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = wire.Dial(addr, wire.WithCreds(n.r.s.o.Creds)); err != nil {
+		if cc, err = wire.Dial(addr, wire.WithCreds(n.r.creds)); err != nil {
 			return nil, err
 		}
 		n.mu.conns[addr] = cc

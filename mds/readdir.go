@@ -10,12 +10,7 @@ import (
 
 // ReadDir lists a directory's entries sorted by name bytes, starting after
 // req.after; "." and ".." are not included.
-func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mdspb.ReadDirReply, err error) {
-	done, err := s.start("readdir")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mdspb.ReadDirReply, err error) {
 	limit := int(req.GetLimit())
 	switch {
 	case limit == 0:
@@ -26,10 +21,7 @@ func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mds
 	if len(req.GetAfter()) > maxNameLen {
 		return nil, fmt.Errorf("readdir after a name of %d bytes: %w", len(req.GetAfter()), errs.ErrNameTooLong)
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	out := &mdspb.ReadDirReply{Eof: true}
 	err = s.snapshot(func(r reader) error {
 		d, err := readInode(r, req.GetIno())
@@ -81,12 +73,7 @@ func (s *Server) ReadDir(ctx context.Context, req *mdspb.ReadDirRequest) (_ *mds
 
 // StatFs sums the capacity of the live OSTs and the free space of those
 // that can take chunks (not full).
-func (s *Server) StatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ *mdspb.StatFsReply, err error) {
-	done, err := s.start("statfs")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleStatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ *mdspb.StatFsReply, err error) {
 	files, err := getCounter(s.db, counterInodes)
 	if err != nil {
 		return nil, err

@@ -49,12 +49,7 @@ const renameAll = uint32(mdspb.RenameFlags_RENAME_NOREPLACE | mdspb.RenameFlags_
 
 // Rename moves old_parent/old_name to new_parent/new_name atomically, with
 // POSIX semantics, RENAME_NOREPLACE and RENAME_EXCHANGE.
-func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb.Empty, err error) {
-	done, err := s.start("rename")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb.Empty, err error) {
 	if err := validName(req.GetOldName()); err != nil {
 		return nil, err
 	}
@@ -67,11 +62,8 @@ func (s *Server) Rename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb
 	}
 	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
 	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	err = s.updateFor(ctx, func(t *txn) error {
+	cl := s.callerOf(ctx)
+	err = s.commit(ctx, func(t *txn) error {
 		op, err := t.dir(req.GetOldParent())
 		if err != nil {
 			return err

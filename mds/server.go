@@ -166,7 +166,15 @@ type Server struct {
 
 	capk atomic.Pointer[capability.Key] // the capability key once known (caps.go)
 
-	wal walSyncer // group commit of mutations (txn.go)
+	// commits makes mutations durable (commit.go): a localCommitter,
+	// or the Raft replica of a replicated MDS. Set in Open, never
+	// changed.
+	commits committer
+	// txnEnv is what every mutation reads beyond its batch (txn.go).
+	txnEnv txnEnv
+	// methods describes the methods of the Mds service to serve
+	// (intercept.go).
+	methods map[string]method
 
 	// tasks holds every goroutine the server starts (tasks.go); Close
 	// stops it and waits before closing Pebble.
@@ -212,6 +220,9 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 	s := &Server{o: opts, log: opts.Logger}
 	s.osts.m = make(map[uint32]*ostState)
 	s.sess.t = newSessionTable(int64(opts.SessionLease))
+	s.methods = methodTable()
+	s.txnEnv = txnEnv{gcGrace: opts.GCGrace, retireGrace: opts.Admin.RetireGrace,
+		placement: &s.o.Placement, open: s.inodeOpen, log: s.log}
 	s.ostPool = newOstPool(s.dialOST)
 	var undo []func() // the closes of what is open so far, in opening order
 	defer func() {
@@ -239,6 +250,9 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 			return nil, err
 		}
 		undo = append(undo, func() { s.raft.close() })
+		s.commits = s.raft
+	} else {
+		s.commits = newLocalCommitter(s, &s.tasks, s.log)
 	}
 	if err := s.loadOsts(); err != nil {
 		return nil, err
@@ -332,11 +346,11 @@ func formatBatch(b *pebble.Batch, now int64, layout *mdspb.Layout) error {
 	return err
 }
 
-// Register registers the Mds service on g (with request-id
-// deduplication, dedup.go), and for a replicated MDS the Peer service of
-// its group (the same address serves both).
+// Register registers the Mds service on g (its methods run through the
+// interceptor, intercept.go), and for a replicated MDS the Peer service
+// of its group (the same address serves both).
 func (s *Server) Register(g *grpc.Server) {
-	g.RegisterService(s.serviceDesc(), s)
+	mdspb.RegisterMdsServer(g, s)
 	if s.raft != nil {
 		peerpb.RegisterPeerServer(g, &peerService{s: s})
 	}
@@ -348,10 +362,7 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.tasks.stop()
-		var rerr error
-		if s.raft != nil {
-			rerr = s.raft.close()
-		}
+		rerr := s.commits.close()
 		s.life.Lock()
 		defer s.life.Unlock()
 		s.closed = true
@@ -365,36 +376,12 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// start marks the beginning of RPC op: it fails once the server is closed,
-// and returns the function to defer, which records metrics and releases the
-// lifetime lock.
-func (s *Server) start(op string) (func(*error), error) {
-	s.life.RLock()
-	if s.closed {
-		s.life.RUnlock()
-		return nil, fmt.Errorf("mds: server closed: %w", errs.ErrUnavailable)
-	}
-	if s.raft != nil {
-		// Only the leader serves (reads included: linearizable reads
-		// from the leader's applied state under its lease).
-		if err := s.raft.check(); err != nil {
-			s.life.RUnlock()
-			return nil, fmt.Errorf("mds %s: %w", op, err)
-		}
-	}
-	t0 := time.Now()
-	return func(err *error) {
-		s.m.observe(op, t0, *err)
-		s.life.RUnlock()
-	}, nil
-}
-
 func (s *Server) now() int64 { return s.o.Now().UnixNano() }
 
 // leading reports whether this MDS runs the background loops (GC,
 // sessions, administration worker): always for a single MDS, only the
 // serving leader of a group.
-func (s *Server) leading() bool { return s.raft == nil || s.raft.leading() }
+func (s *Server) leading() bool { return s.commits.leading() }
 
 // reader is what reads need from Pebble: a DB, a snapshot or an indexed batch.
 type reader interface {

@@ -98,7 +98,7 @@ func (t *txn) collectOrphans() error {
 		if err != nil {
 			return false, err
 		}
-		if !t.s.inodeOpen(ino) {
+		if !t.env.open(ino) {
 			inos = append(inos, ino)
 		}
 		return len(inos) < gcBatch, nil
@@ -110,7 +110,7 @@ func (t *txn) collectOrphans() error {
 		if err := t.reapOrphan(ino); err != nil {
 			return err
 		}
-		t.s.log.Debug("orphan deleted", "ino", ino)
+		t.env.log.Debug("orphan deleted", "ino", ino)
 	}
 	return nil
 }
@@ -144,12 +144,7 @@ func (t *txn) reapOrphan(ino uint64) error {
 }
 
 // OpenSession starts a client session.
-func (s *Server) OpenSession(ctx context.Context, req *mdspb.OpenSessionRequest) (_ *mdspb.OpenSessionReply, err error) {
-	done, err := s.start("opensession")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleOpenSession(ctx context.Context, req *mdspb.OpenSessionRequest) (_ *mdspb.OpenSessionReply, err error) {
 	if len(req.GetClient()) > maxSessionName || len(req.GetHost()) > maxSessionName {
 		return nil, fmt.Errorf("session client or host name longer than %d bytes: %w", maxSessionName, errs.ErrInvalid)
 	}
@@ -167,12 +162,7 @@ func (s *Server) OpenSession(ctx context.Context, req *mdspb.OpenSessionRequest)
 }
 
 // KeepAlive renews a session's lease; STALE if it is gone.
-func (s *Server) KeepAlive(ctx context.Context, req *mdspb.SessionRequest) (_ *mdspb.KeepAliveReply, err error) {
-	done, err := s.start("keepalive")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleKeepAlive(ctx context.Context, req *mdspb.SessionRequest) (_ *mdspb.KeepAliveReply, err error) {
 	s.sess.mu.Lock()
 	_, err = s.sess.t.touch(req.GetSession(), s.now())
 	s.sess.mu.Unlock()
@@ -184,12 +174,7 @@ func (s *Server) KeepAlive(ctx context.Context, req *mdspb.SessionRequest) (_ *m
 
 // CloseSession ends a session, releasing its handles and locks. Closing an
 // unknown session does nothing.
-func (s *Server) CloseSession(ctx context.Context, req *mdspb.SessionRequest) (_ *mdspb.Empty, err error) {
-	done, err := s.start("closesession")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleCloseSession(ctx context.Context, req *mdspb.SessionRequest) (_ *mdspb.Empty, err error) {
 	err = s.update(func(t *txn) error {
 		s.sess.mu.Lock()
 		unused := s.sess.t.remove(req.GetSession())
@@ -209,12 +194,7 @@ func (s *Server) CloseSession(ctx context.Context, req *mdspb.SessionRequest) (_
 
 // Open records that the session opened regular file ino (or still has it
 // open, after an MDS restart) and returns the handle to release.
-func (s *Server) Open(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.OpenReply, err error) {
-	done, err := s.start("open")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleOpen(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.OpenReply, err error) {
 	var h uint64
 	err = s.update(func(t *txn) error {
 		if _, err := t.regularFile(req.GetIno()); err != nil {
@@ -231,10 +211,7 @@ func (s *Server) Open(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.Ope
 	}
 	out := &mdspb.OpenReply{Handle: h}
 	if req.GetExtents() {
-		cl, err := s.callerOf(ctx)
-		if err != nil {
-			return nil, err
-		}
+		cl := s.callerOf(ctx)
 		defer func() {
 			if err == nil {
 				out.Caps, err = s.refCaps(cl, out.Attr, out.Extents)
@@ -259,12 +236,7 @@ func (s *Server) Open(ctx context.Context, req *mdspb.OpenRequest) (_ *mdspb.Ope
 
 // Release drops an open handle. The session's locks on the inode go with
 // its last handle of it, and an orphan with its last handle anywhere.
-func (s *Server) Release(ctx context.Context, req *mdspb.ReleaseRequest) (_ *mdspb.Empty, err error) {
-	done, err := s.start("release")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleRelease(ctx context.Context, req *mdspb.ReleaseRequest) (_ *mdspb.Empty, err error) {
 	if err := s.releaseHandle(req.GetSession(), req.GetHandle()); err != nil {
 		return nil, err
 	}
@@ -332,12 +304,7 @@ func wireLock(h heldLock) *mdspb.FileLock {
 
 // SetLock takes, changes or releases a lock; it never waits. A lock of
 // another owner in the way is reported with granted false.
-func (s *Server) SetLock(ctx context.Context, req *mdspb.LockRequest) (_ *mdspb.SetLockReply, err error) {
-	done, err := s.start("setlock")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleSetLock(ctx context.Context, req *mdspb.LockRequest) (_ *mdspb.SetLockReply, err error) {
 	r, err := lockOf(req, true)
 	if err != nil {
 		return nil, err
@@ -356,12 +323,7 @@ func (s *Server) SetLock(ctx context.Context, req *mdspb.LockRequest) (_ *mdspb.
 
 // GetLock returns a lock of another owner that would stand in the way of
 // the one described (F_GETLK), or none.
-func (s *Server) GetLock(ctx context.Context, req *mdspb.LockRequest) (_ *mdspb.GetLockReply, err error) {
-	done, err := s.start("getlock")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleGetLock(ctx context.Context, req *mdspb.LockRequest) (_ *mdspb.GetLockReply, err error) {
 	r, err := lockOf(req, false)
 	if err != nil {
 		return nil, err

@@ -1,15 +1,13 @@
 package mds
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoalfs/shoal/internal/errs"
@@ -21,7 +19,7 @@ import (
 // twice (a rename within one directory) or the same extent twice (a split)
 // never works on a stale copy. flush writes the caches into the batch.
 type txn struct {
-	s   *Server
+	env *txnEnv
 	b   *pebble.Batch
 	now int64
 
@@ -36,6 +34,17 @@ type txn struct {
 	replied bool
 }
 
+// txnEnv is what a mutation reads beyond its batch: the settings that
+// date what it queues, the placement rule, and which inodes are open.
+// The server builds one in Open; a test can build its own.
+type txnEnv struct {
+	gcGrace     time.Duration // GC queue delay (Options.GCGrace)
+	retireGrace time.Duration // delay before a replaced chunk is deleted (AdminOptions.RetireGrace)
+	placement   *PlacementOptions
+	open        func(ino uint64) bool // whether some session has ino open
+	log         *slog.Logger
+}
+
 type cachedInode struct {
 	ino     *mdspb.Inode
 	dirty   bool
@@ -46,199 +55,6 @@ type cachedInode struct {
 type refDelta struct {
 	ext   *mdspb.Extent // definition, for the "r" value and the GC queue
 	delta int64
-}
-
-// update runs fn as one mutation, serialized with every other, commits it,
-// and returns once it is durable (synced by the group commit of walSyncer).
-// Nothing is written if fn fails.
-func (s *Server) update(fn func(t *txn) error) error {
-	if s.raft != nil {
-		return s.raft.propose(context.Background(), "", fn)
-	}
-	return s.updateID(nil, fn)
-}
-
-// updateID is update for a call with request id slot sl (nil: none): a
-// retry of a mutation that was applied is not applied again; sl learns
-// that, and the recorded answer (dedup.go).
-func (s *Server) updateID(sl *reqSlot, fn func(t *txn) error) error {
-	committed, err := s.apply(sl, fn)
-	if err != nil || !committed {
-		return err
-	}
-	return s.wal.sync(s.db)
-}
-
-// noteDup tells sl (nil: none) that err, when errDuplicate, found its
-// mutation applied, and the answer recorded then.
-func noteDup(sl *reqSlot, err error) {
-	var de *dupError
-	if errors.As(err, &de) && sl != nil {
-		sl.dup = true
-		sl.reply, sl.replied = de.reply, de.replied
-	}
-}
-
-// updateFor is update for a namespace call: when the caller asked for an
-// early reply (CommitHeader = CommitEarly in the call's metadata), it
-// returns as soon as the mutation is committed and visible to every
-// caller, and its WAL sync runs in the background; a later Sync, or any
-// synced mutation, makes it durable (docs/fuse.md, "Durability").
-//
-// In a replicated MDS it returns once the mutation is committed by a
-// quorum and applied here, early reply or not (docs/mds-raft.md), and a
-// request id in ctx makes it happen at most once (dedup.go).
-func (s *Server) updateFor(ctx context.Context, fn func(t *txn) error) error {
-	if s.raft != nil {
-		sl := s.requestSlot(ctx)
-		id := ""
-		if sl != nil {
-			id = sl.id
-		}
-		err := s.raft.propose(ctx, id, fn)
-		noteDup(sl, err)
-		return err
-	}
-	sl := s.requestSlot(ctx)
-	if !earlyReply(ctx) {
-		return s.updateID(sl, fn)
-	}
-	committed, err := s.apply(sl, fn)
-	if err != nil || !committed {
-		return err
-	}
-	s.wal.later(&s.tasks, s.db, s.log)
-	return nil
-}
-
-// updateSynced is update for a call that carries a request id (an extent
-// commit): it returns once the mutation is durable, early reply or not,
-// and in a replicated MDS the request id in ctx makes it happen at most
-// once (dedup.go), as updateFor does.
-func (s *Server) updateSynced(ctx context.Context, fn func(t *txn) error) error {
-	if s.raft != nil {
-		return s.updateFor(ctx, fn)
-	}
-	return s.updateID(s.requestSlot(ctx), fn)
-}
-
-func earlyReply(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return false
-	}
-	v := md.Get(mdspb.CommitHeader)
-	return len(v) == 1 && v[0] == mdspb.CommitEarly
-}
-
-// apply runs fn and commits its batch without waiting for the WAL sync,
-// under the mutation lock, recording sl's request id with it (runTxn). It
-// reports whether anything was written.
-func (s *Server) apply(sl *reqSlot, fn func(t *txn) error) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := &txn{
-		s: s, b: s.db.NewIndexedBatch(), now: s.now(),
-		inodes: make(map[uint64]*cachedInode),
-		refs:   make(map[uint64]*refDelta),
-	}
-	defer t.b.Close()
-	id := ""
-	if sl != nil {
-		id = sl.id
-	}
-	if err := runTxn(t, id, fn); err != nil {
-		noteDup(sl, err)
-		return false, err
-	}
-	if t.b.Empty() {
-		return false, nil
-	}
-	if err := t.b.Commit(pebble.NoSync); err != nil {
-		return false, fmt.Errorf("mds: commit: %w", err)
-	}
-	return true, nil
-}
-
-// walSyncer is the MDS's group commit. A mutation commits its batch to
-// the WAL without syncing, under the mutation lock, then waits here, outside
-// the lock, for a WAL sync that started after its commit. One sync (a synced
-// log-only record: the WAL is sequential, so it makes every earlier record
-// durable) serves every mutation that committed before it started, so
-// concurrent creates share fsyncs instead of queueing one fsync each behind
-// the lock. A call is still acknowledged only once its batch is durable.
-// Other calls may read a mutation in the moment between its commit and its
-// sync; should the MDS crash then, that mutation was never acknowledged.
-type walSyncer struct {
-	mu        sync.Mutex
-	cond      *sync.Cond
-	requested uint64 // mutations registered (each after its commit)
-	synced    uint64 // mutations covered by the last finished sync
-	running   bool
-}
-
-func (w *walSyncer) sync(db *pebble.DB) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.requested++
-	return w.waitLocked(db, w.requested)
-}
-
-// later registers a committed mutation whose caller does not wait, and
-// syncs it on a goroutine of g, which Close waits for before it closes
-// db. Once g is stopped (the server closing) the sync runs here, before
-// the caller, which still holds the server open, returns.
-func (w *walSyncer) later(g *tasks, db *pebble.DB, log *slog.Logger) {
-	w.mu.Lock()
-	w.requested++
-	mine := w.requested
-	w.mu.Unlock()
-	bg := func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if err := w.waitLocked(db, mine); err != nil {
-			log.Error("background WAL sync", "err", err)
-		}
-	}
-	if !g.Go(func(context.Context) { bg() }) {
-		bg()
-	}
-}
-
-// flush returns once every mutation committed so far is durable; at once
-// when all of them are.
-func (w *walSyncer) flush(db *pebble.DB) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.waitLocked(db, w.requested)
-}
-
-// waitLocked waits, with w.mu held, until the mutations numbered up to
-// mine are synced, running the sync itself when none is running.
-func (w *walSyncer) waitLocked(db *pebble.DB, mine uint64) error {
-	if w.cond == nil {
-		w.cond = sync.NewCond(&w.mu)
-	}
-	for w.synced < mine {
-		if w.running {
-			w.cond.Wait()
-			continue
-		}
-		w.running = true
-		target := w.requested
-		w.mu.Unlock()
-		err := db.LogData([]byte("sync"), pebble.Sync)
-		w.mu.Lock()
-		w.running = false
-		if err == nil {
-			w.synced = target
-		}
-		w.cond.Broadcast()
-		if err != nil {
-			return fmt.Errorf("mds: sync WAL: %w", err)
-		}
-	}
-	return nil
 }
 
 // inode returns the (cached, mutable) inode ino; ErrNotFound if absent.
@@ -463,5 +279,5 @@ func (t *txn) queueGC(e *mdspb.Extent) error {
 	if err != nil {
 		return err
 	}
-	return t.b.Set(gcKey(t.now+int64(t.s.o.GCGrace), e.Id), v, nil)
+	return t.b.Set(gcKey(t.now+int64(t.env.gcGrace), e.Id), v, nil)
 }

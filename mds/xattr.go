@@ -144,12 +144,7 @@ func xattrUsage(r reader, ino uint64) (list, total int, err error) {
 // SetXattr sets an extended attribute of an inode and its ctime. With
 // XATTR_CREATE an existing name is ErrExists; with XATTR_REPLACE a missing
 // one is ErrNoData.
-func (s *Server) SetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("setxattr")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleSetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *mdspb.AttrReply, err error) {
 	name, value, flags := req.GetName(), req.GetValue(), req.GetFlags()
 	if err := validXattrName(name); err != nil {
 		return nil, err
@@ -160,12 +155,9 @@ func (s *Server) SetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *m
 	if flags&^xattrFlagsAll != 0 {
 		return nil, fmt.Errorf("setxattr: unknown flags %#x: %w", flags&^xattrFlagsAll, errs.ErrInvalid)
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err
@@ -213,20 +205,12 @@ func (s *Server) SetXattr(ctx context.Context, req *mdspb.SetXattrRequest) (_ *m
 
 // GetXattr returns the value of an extended attribute; ErrNoData if the
 // inode has no attribute of that name.
-func (s *Server) GetXattr(ctx context.Context, req *mdspb.GetXattrRequest) (_ *mdspb.GetXattrReply, err error) {
-	done, err := s.start("getxattr")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleGetXattr(ctx context.Context, req *mdspb.GetXattrRequest) (_ *mdspb.GetXattrReply, err error) {
 	name := req.GetName()
 	if err := validXattrName(name); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.GetXattrReply
 	err = s.snapshot(func(r reader) error {
 		n, err := readInode(r, req.GetIno())
@@ -251,16 +235,8 @@ func (s *Server) GetXattr(ctx context.Context, req *mdspb.GetXattrRequest) (_ *m
 
 // ListXattr returns the names of an inode's extended attributes, in byte
 // order.
-func (s *Server) ListXattr(ctx context.Context, req *mdspb.ListXattrRequest) (_ *mdspb.ListXattrReply, err error) {
-	done, err := s.start("listxattr")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) handleListXattr(ctx context.Context, req *mdspb.ListXattrRequest) (_ *mdspb.ListXattrReply, err error) {
+	cl := s.callerOf(ctx)
 	out := &mdspb.ListXattrReply{}
 	err = s.snapshot(func(r reader) error {
 		n, err := readInode(r, req.GetIno())
@@ -287,22 +263,14 @@ func (s *Server) ListXattr(ctx context.Context, req *mdspb.ListXattrRequest) (_ 
 
 // RemoveXattr removes an extended attribute and sets the inode's ctime;
 // ErrNoData if it has none of that name.
-func (s *Server) RemoveXattr(ctx context.Context, req *mdspb.RemoveXattrRequest) (_ *mdspb.AttrReply, err error) {
-	done, err := s.start("removexattr")
-	if err != nil {
-		return nil, err
-	}
-	defer done(&err)
+func (s *Server) handleRemoveXattr(ctx context.Context, req *mdspb.RemoveXattrRequest) (_ *mdspb.AttrReply, err error) {
 	name := req.GetName()
 	if err := validXattrName(name); err != nil {
 		return nil, err
 	}
-	cl, err := s.callerOf(ctx)
-	if err != nil {
-		return nil, err
-	}
+	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.updateFor(ctx, func(t *txn) error {
+	err = s.commit(ctx, func(t *txn) error {
 		n, err := t.inode(req.GetIno())
 		if err != nil {
 			return err

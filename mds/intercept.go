@@ -1,0 +1,162 @@
+package mds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// Every call of the Mds service passes through one interceptor
+// (intercept) before its handler runs. It holds the server open for the
+// call (Close waits for it), refuses the call on a member that does not
+// serve (a follower, a leader without its lease), times it by method,
+// maps the caller's identity (perm.go), and for a mutation takes its
+// request id and asks for an early reply when the call did; a retried
+// mutation that was applied gets the answer it recorded (dedup.go). The
+// handlers are the operations alone.
+
+// mutation says how a method of the Mds service that changes the
+// namespace takes part in the commit path.
+type mutation struct {
+	// reply, when set, makes the method deduplicated: its request id
+	// goes with the mutation (runTxn), and a retry of one applied gets
+	// the answer recorded, of this type (setReply).
+	reply func() proto.Message
+	// early: the method returns before its mutation is durable when
+	// the caller asks (mdspb.CommitHeader = CommitEarly; a local
+	// committer only: docs/fuse.md, "Durability").
+	early bool
+}
+
+func newAttrReply() proto.Message   { return &mdspb.AttrReply{} }
+func newEmptyReply() proto.Message  { return &mdspb.Empty{} }
+func newUnlinkReply() proto.Message { return &mdspb.UnlinkReply{} }
+
+// mutations are the methods whose mutation the interceptor qualifies.
+// Any other method's commits carry no request id and wait until durable;
+// retried, they run again (reads, sessions, allocations: an allocation
+// retried leaves an unused pending extent, which GC collects).
+var mutations = map[string]mutation{
+	"Create":        {reply: newAttrReply, early: true},
+	"Mkdir":         {reply: newAttrReply, early: true},
+	"Symlink":       {reply: newAttrReply, early: true},
+	"Link":          {reply: newAttrReply, early: true},
+	"Unlink":        {reply: newUnlinkReply, early: true},
+	"Rmdir":         {reply: newEmptyReply, early: true},
+	"Rename":        {reply: newEmptyReply, early: true},
+	"SetAttr":       {reply: newAttrReply, early: true},
+	"SetXattr":      {reply: newAttrReply, early: true},
+	"RemoveXattr":   {reply: newAttrReply, early: true},
+	"CommitExtents": {reply: newAttrReply},
+	"Fallocate":     {reply: newAttrReply},
+	"MigrateCommit": {early: true},
+}
+
+// callInfo is what the interceptor learned of a call, in its context.
+type callInfo struct {
+	caller caller // the mapped identity (perm.go)
+	reqID  string // request id of a deduplicated mutation, or ""
+	early  bool   // the mutation may be answered before it is durable
+}
+
+type callKey struct{}
+
+// callFrom returns the call in ctx; the zero callInfo (no request id, no
+// early reply) for a ctx of no call.
+func callFrom(ctx context.Context) callInfo {
+	ci, _ := ctx.Value(callKey{}).(*callInfo)
+	if ci == nil {
+		return callInfo{}
+	}
+	return *ci
+}
+
+// callerOf returns the mapped identity of the call in ctx: the one the
+// interceptor found, or, for a ctx it did not see (an internal call with
+// a background context), the identity in ctx's metadata, if any.
+func (s *Server) callerOf(ctx context.Context) caller {
+	if ci, ok := ctx.Value(callKey{}).(*callInfo); ok {
+		return ci.caller
+	}
+	c, err := s.mapCaller(ctx)
+	if err != nil {
+		return caller{squashed: true, uid: s.o.Identity.SquashUID, gid: s.o.Identity.SquashGID}
+	}
+	return c
+}
+
+// method is what serve knows of one method of the Mds service.
+type method struct {
+	op string // metric label and error prefix: the name in lower case
+	mutation
+}
+
+// methodTable describes every method of the Mds service (Open builds it
+// once; serve reads it).
+func methodTable() map[string]method {
+	t := make(map[string]method, len(mdspb.Mds_ServiceDesc.Methods))
+	for _, m := range mdspb.Mds_ServiceDesc.Methods {
+		t[m.MethodName] = method{op: strings.ToLower(m.MethodName), mutation: mutations[m.MethodName]}
+	}
+	return t
+}
+
+// serve is the interceptor: it runs handler h of method name for one
+// call (req), as the comment at the top of this file says. Every method
+// of the Mds service is serve over its handler (rpc.go).
+func serve[Req any, Resp proto.Message](s *Server, ctx context.Context, name string, req Req, h func(context.Context, Req) (Resp, error)) (_ Resp, err error) {
+	var zero Resp
+	m := s.methods[name]
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return zero, fmt.Errorf("mds: server closed: %w", errs.ErrUnavailable)
+	}
+	// Only the leader serves (reads included: linearizable reads from
+	// the leader's applied state under its lease).
+	if err := s.commits.check(); err != nil {
+		return zero, fmt.Errorf("mds %s: %w", m.op, err)
+	}
+	t0 := time.Now()
+	defer func() { s.m.observe(m.op, t0, err) }()
+	cl, err := s.mapCaller(ctx)
+	if err != nil {
+		return zero, err
+	}
+	ci := &callInfo{caller: cl}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if m.early {
+		v := md.Get(mdspb.CommitHeader)
+		ci.early = len(v) == 1 && v[0] == mdspb.CommitEarly
+	}
+	if m.reply != nil {
+		if ids := md.Get(wire.RequestIDHeader); len(ids) == 1 && ids[0] != "" && len(ids[0]) <= 128 {
+			ci.reqID = ids[0]
+		}
+	}
+	ctx = context.WithValue(ctx, callKey{}, ci)
+	resp, err := h(ctx, req)
+	var de *dupError
+	if err == nil || ci.reqID == "" || !errors.As(err, &de) {
+		return resp, err
+	}
+	s.log.DebugContext(ctx, "retried request already applied", "op", name, "request", ci.reqID, "recorded", de.replied)
+	out, err := s.retried(ctx, name, m.mutation, req, de)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := out.(Resp)
+	if !ok {
+		return zero, fmt.Errorf("mds: answer %T of a retried %s: %w", out, name, errs.ErrCorrupt)
+	}
+	return r, nil
+}
