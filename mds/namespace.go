@@ -2,6 +2,7 @@ package mds
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 
@@ -277,25 +278,11 @@ func (s *Server) handleCreate(ctx context.Context, req *mdspb.CreateRequest) (_ 
 			out = attrReply(n)
 			return s.openCreated(t, req, out)
 		}
-		if err := cl.check(p.Attr, mayWrite|mayExec, "create"); err != nil {
-			return err
-		}
-		layout := req.GetLayout()
-		if layout == nil {
-			layout = p.Attr.Layout
-		}
-		if layout == nil {
-			layout = s.o.DefaultLayout
-		}
-		uid, gid := cl.newOwner(req.GetUid(), req.GetGid())
-		n, err := t.newInode(mode, uid, gid, 1, layout)
+		n, err := t.newChild(cl, p, req, mode, 1, "create", s.o.DefaultLayout)
 		if err != nil {
 			return err
 		}
 		n.Attr.Rdev = req.GetRdev()
-		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode); err != nil {
-			return err
-		}
 		t.dirChanged(p)
 		out = attrReply(n)
 		out.Created = true
@@ -314,6 +301,22 @@ func (s *Server) handleSync(ctx context.Context, _ *mdspb.Empty) (_ *mdspb.Empty
 		return nil, err
 	}
 	return &mdspb.Empty{}, nil
+}
+
+// newChild makes an inode of mode with nlink links at req's name in
+// directory p, as a create or mkdir (op) by cl asks: cl must be able to
+// write p; the owner is the one cl.newOwner gives; the layout req's, or
+// else p's, or else def.
+func (t *txn) newChild(cl caller, p *mdspb.Inode, req *mdspb.CreateRequest, mode, nlink uint32, op string, def *mdspb.Layout) (*mdspb.Inode, error) {
+	if err := cl.check(p.Attr, mayWrite|mayExec, op); err != nil {
+		return nil, err
+	}
+	uid, gid := cl.newOwner(req.GetUid(), req.GetGid())
+	n, err := t.newInode(mode, uid, gid, nlink, cmp.Or(req.GetLayout(), p.Attr.Layout, def))
+	if err != nil {
+		return nil, err
+	}
+	return n, t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode)
 }
 
 // openCreated opens the file of a create for req's session when it asks,
@@ -360,22 +363,8 @@ func (s *Server) handleMkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *
 		} else if ok {
 			return fmt.Errorf("mkdir %q: %w", req.GetName(), errs.ErrExists)
 		}
-		if err := cl.check(p.Attr, mayWrite|mayExec, "mkdir"); err != nil {
-			return err
-		}
-		layout := req.GetLayout()
-		if layout == nil {
-			layout = p.Attr.Layout
-		}
-		if layout == nil {
-			layout = s.o.DefaultLayout
-		}
-		uid, gid := cl.newOwner(req.GetUid(), req.GetGid())
-		n, err := t.newInode(mode, uid, gid, 2, layout)
+		n, err := t.newChild(cl, p, req, mode, 2, "mkdir", s.o.DefaultLayout)
 		if err != nil {
-			return err
-		}
-		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode); err != nil {
 			return err
 		}
 		if err := t.b.Set(parentKey(n.Attr.Ino), encodeU64(p.Attr.Ino), nil); err != nil {
