@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/wire"
@@ -75,16 +76,44 @@ func (af *adminFlags) stub() (mdspb.MdsClient, func(), error) {
 	return mdspb.NewMdsClient(cc), func() { cc.Close() }, nil
 }
 
-// dial returns an MDS stub and a call context (cancelled by a signal, 10
-// minutes at most), and the function that releases both: the start of
-// every admin command that calls the MDS.
-func (af *adminFlags) dial() (context.Context, mdspb.MdsClient, func(), error) {
+// call dials the MDS and runs fn with the stub under a call context
+// (cancelled by a signal, 10 minutes at most): the body of every admin
+// command that calls the MDS.
+func (af *adminFlags) call(fn func(ctx context.Context, stub mdspb.MdsClient) error) error {
+	return af.withStub(callCtx, fn)
+}
+
+// follow is call for the commands that follow a job: only a signal
+// cancels their context (a job runs as long as it takes).
+func (af *adminFlags) follow(fn func(ctx context.Context, stub mdspb.MdsClient) error) error {
+	return af.withStub(signalContext, fn)
+}
+
+func (af *adminFlags) withStub(newCtx func() (context.Context, context.CancelFunc), fn func(context.Context, mdspb.MdsClient) error) error {
 	stub, done, err := af.stub()
 	if err != nil {
-		return nil, nil, nil, err
+		return err
 	}
-	ctx, cancel := callCtx()
-	return ctx, stub, func() { cancel(); done() }, nil
+	defer done()
+	ctx, cancel := newCtx()
+	defer cancel()
+	return fn(ctx, stub)
+}
+
+// adminRPC makes one MDS call, a method of mdspb.MdsClient such as
+// mdspb.MdsClient.ListOsts, and prints its reply: as JSON with --json,
+// else with text.
+func adminRPC[Req, Rep any](cmd *cobra.Command, af *adminFlags, rpc func(mdspb.MdsClient, context.Context, Req, ...grpc.CallOption) (Rep, error), req Req, text func(io.Writer, Rep) error) error {
+	return af.call(func(ctx context.Context, stub mdspb.MdsClient) error {
+		r, err := rpc(stub, ctx, req)
+		if err != nil {
+			return err
+		}
+		if af.json {
+			return printJSON(cmd.OutOrStdout(), r)
+		}
+		return text(cmd.OutOrStdout(), r)
+	})
 }
 
 func callCtx() (context.Context, context.CancelFunc) {
@@ -133,42 +162,39 @@ func adminDfCmd(af *adminFlags) *cobra.Command {
 		Short: "Capacity, used space, chunks and state of every OST, and the cluster's imbalance",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stub, done, err := af.dial()
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
-			if err != nil {
-				return err
-			}
-			rep := dfReport{OstsTotal: len(r.Osts)}
-			for _, o := range r.Osts {
-				rep.UsedBytes += o.Used
-				rep.Capacity += o.Capacity
-				if o.Up {
-					rep.OstsUp++
+			return af.call(func(ctx context.Context, stub mdspb.MdsClient) error {
+				r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
+				if err != nil {
+					return err
 				}
-				rep.Osts = append(rep.Osts, protoMap(o))
-			}
-			rep.MeanUsed, rep.ImbalancePct = imbalance(r.Osts)
-			out := cmd.OutOrStdout()
-			if af.json {
-				return printJSON(out, rep)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "OST\tSTATE\tADDR\tSIZE\tUSED\tCHUNKS\tFREE\tUSE%")
-			for _, o := range r.Osts {
-				use := 0.0
-				if o.Capacity > 0 {
-					use = float64(o.Capacity-o.Free) / float64(o.Capacity) * 100
+				rep := dfReport{OstsTotal: len(r.Osts)}
+				for _, o := range r.Osts {
+					rep.UsedBytes += o.Used
+					rep.Capacity += o.Capacity
+					if o.Up {
+						rep.OstsUp++
+					}
+					rep.Osts = append(rep.Osts, protoMap(o))
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%.0f%%\n", o.Id, o.State, o.Addr, humanBytes(o.Capacity), humanBytes(o.Used), o.Chunks, humanBytes(o.Free), use)
-			}
-			tw.Flush()
-			fmt.Fprintf(out, "\n%d of %d OSTs up; %s in chunks; imbalance %.1f%% ((max-min)/mean of used bytes over up OSTs, mean %s)\n",
-				rep.OstsUp, rep.OstsTotal, humanBytes(rep.UsedBytes), rep.ImbalancePct, humanBytes(rep.MeanUsed))
-			return nil
+				rep.MeanUsed, rep.ImbalancePct = imbalance(r.Osts)
+				out := cmd.OutOrStdout()
+				if af.json {
+					return printJSON(out, rep)
+				}
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "OST\tSTATE\tADDR\tSIZE\tUSED\tCHUNKS\tFREE\tUSE%")
+				for _, o := range r.Osts {
+					use := 0.0
+					if o.Capacity > 0 {
+						use = float64(o.Capacity-o.Free) / float64(o.Capacity) * 100
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%.0f%%\n", o.Id, o.State, o.Addr, humanBytes(o.Capacity), humanBytes(o.Used), o.Chunks, humanBytes(o.Free), use)
+				}
+				tw.Flush()
+				fmt.Fprintf(out, "\n%d of %d OSTs up; %s in chunks; imbalance %.1f%% ((max-min)/mean of used bytes over up OSTs, mean %s)\n",
+					rep.OstsUp, rep.OstsTotal, humanBytes(rep.UsedBytes), rep.ImbalancePct, humanBytes(rep.MeanUsed))
+				return nil
+			})
 		},
 	}
 }
@@ -179,31 +205,22 @@ func adminOstsCmd(af *adminFlags) *cobra.Command {
 		Short: "List the OSTs with their state (up, down, draining, removed) and last heartbeat",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stub, done, err := af.dial()
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := stub.ListOsts(ctx, &mdspb.ListOstsRequest{})
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if af.json {
-				return printJSON(out, r)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "OST\tSTATE\tADDR\tLAST HEARTBEAT\tUUID")
-			for _, o := range r.Osts {
-				hb := "never"
-				if o.LastHeartbeatNs > 0 {
-					hb = time.Since(time.Unix(0, o.LastHeartbeatNs)).Round(100*time.Millisecond).String() + " ago"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", o.Id, o.State, o.Addr, hb, o.Uuid)
-			}
-			return tw.Flush()
+			return adminRPC(cmd, af, mdspb.MdsClient.ListOsts, &mdspb.ListOstsRequest{}, printOsts)
 		},
 	}
+}
+
+func printOsts(w io.Writer, r *mdspb.ListOstsReply) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OST\tSTATE\tADDR\tLAST HEARTBEAT\tUUID")
+	for _, o := range r.Osts {
+		hb := "never"
+		if o.LastHeartbeatNs > 0 {
+			hb = time.Since(time.Unix(0, o.LastHeartbeatNs)).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", o.Id, o.State, o.Addr, hb, o.Uuid)
+	}
+	return tw.Flush()
 }
 
 // Layouts.
@@ -225,6 +242,42 @@ func (af *adminFlags) withClient(fn func(ctx context.Context, c *client.Client) 
 	}
 	defer c.Close()
 	return fn(ctx, c)
+}
+
+// layoutCmd completes cmd into a command on one PATH that takes the
+// layout flags (setstripe, migrate; dflt ends their help): run gets a
+// client of the cluster, the attributes of PATH and the layout the flags
+// make of PATH's.
+func (af *adminFlags) layoutCmd(cmd *cobra.Command, dflt string,
+	run func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, l *mdspb.Layout) error) *cobra.Command {
+	var lf layoutFlags
+	var comp compressFlags
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkPath(args[0]); err != nil {
+			return err
+		}
+		if err := lf.check(cmd); err != nil {
+			return err
+		}
+		return af.withClient(func(ctx context.Context, c *client.Client) error {
+			a, err := c.Stat(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			l, err := lf.layout(cmd, a.GetLayout())
+			if err != nil {
+				return err
+			}
+			if l.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
+				return err
+			}
+			return run(ctx, cmd, args[0], c, a, l)
+		})
+	}
+	lf.register(cmd, dflt)
+	comp.register(cmd)
+	return cmd
 }
 
 type stripeReport struct {
@@ -270,57 +323,32 @@ func printStripe(w io.Writer, af *adminFlags, r stripeReport) error {
 }
 
 func adminSetstripeCmd(af *adminFlags) *cobra.Command {
-	var lf layoutFlags
 	var force bool
-	var comp compressFlags
-	cmd := &cobra.Command{
+	cmd := af.layoutCmd(&cobra.Command{
 		Use:   "setstripe PATH",
 		Short: "Set the layout of a directory (inherited by new files) or of an empty file",
 		Long: "Set the layout {k, m, unit} of a directory, which files and directories created in it inherit, " +
 			"or of an empty regular file. PATH is a path inside the file system (from its root; / is the root). " +
 			"--replicas N is k=1, m=N-1. --compress none|s2|zstd[:LEVEL] sets the compression attribute (docs/compression.md), " +
 			"which alone may also change on a file with data (its new extents follow it).",
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkPath(args[0]); err != nil {
-				return err
-			}
-			if err := lf.check(cmd); err != nil {
-				return err
-			}
-			return af.withClient(func(ctx context.Context, c *client.Client) error {
-				a, err := c.Stat(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				l, err := lf.layout(cmd, a.GetLayout())
-				if err != nil {
-					return err
-				}
-				if l.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
-					return err
-				}
-				// A layout the OSTs cannot hold: refused unless --force
-				// (OSTs may be added later); narrow, said (issue 18).
-				refuse, narrow := fitErr(ctx, c.MDS(), l)
-				switch {
-				case refuse != nil && !force:
-					return fmt.Errorf("%w (--force sets it anyway)", refuse)
-				case refuse != nil:
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v until there are enough (set with --force)\n", refuse)
-				case narrow != nil:
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", narrow)
-				}
-				r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: l})
-				if err != nil {
-					return err
-				}
-				return printStripe(cmd.OutOrStdout(), af, stripeOf(args[0], r.GetAttr()))
-			})
-		},
-	}
-	lf.register(cmd, "")
-	comp.register(cmd)
+	}, "", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, l *mdspb.Layout) error {
+		// A layout the OSTs cannot hold: refused unless --force
+		// (OSTs may be added later); narrow, said (issue 18).
+		refuse, narrow := fitErr(ctx, c.MDS(), l)
+		switch {
+		case refuse != nil && !force:
+			return fmt.Errorf("%w (--force sets it anyway)", refuse)
+		case refuse != nil:
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v until there are enough (set with --force)\n", refuse)
+		case narrow != nil:
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", narrow)
+		}
+		r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: l})
+		if err != nil {
+			return err
+		}
+		return printStripe(cmd.OutOrStdout(), af, stripeOf(path, r.GetAttr()))
+	})
 	cmd.Flags().BoolVar(&force, "force", false, "set a layout wider than the OSTs registered can hold (writes there fail until OSTs are added)")
 	return cmd
 }
@@ -366,17 +394,12 @@ func adminDrainCmd(af *adminFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stub, done, err := af.stub()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := signalContext()
-			defer cancel()
-			if _, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: "draining"}); err != nil {
-				return err
-			}
-			return followJob(ctx, cmd.OutOrStdout(), af, stub, "drain")
+			return af.follow(func(ctx context.Context, stub mdspb.MdsClient) error {
+				if _, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: "draining"}); err != nil {
+					return err
+				}
+				return followJob(ctx, cmd.OutOrStdout(), af, stub, "drain")
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&af.detach, "detach", false, "return once started; 'shoal admin drain status' follows it")
@@ -414,20 +437,11 @@ func setState(cmd *cobra.Command, af *adminFlags, ost, state string, force bool)
 	if err != nil {
 		return err
 	}
-	ctx, stub, done, err := af.dial()
-	if err != nil {
-		return err
-	}
-	defer done()
-	o, err := stub.SetOstState(ctx, &mdspb.SetOstStateRequest{Id: id, State: state, Force: force})
-	if err != nil {
-		return err
-	}
-	if af.json {
-		return printJSON(cmd.OutOrStdout(), o)
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "OST %d: %s\n", o.Id, o.State)
-	return nil
+	return adminRPC(cmd, af, mdspb.MdsClient.SetOstState, &mdspb.SetOstStateRequest{Id: id, State: state, Force: force},
+		func(w io.Writer, o *mdspb.OstInfo) error {
+			fmt.Fprintf(w, "OST %d: %s\n", o.Id, o.State)
+			return nil
+		})
 }
 
 // Jobs: repair, drain, rebalance, scrub.
@@ -477,20 +491,17 @@ func adminRebalanceCmd(af *adminFlags) *cobra.Command {
 				req.MaxBandwidth = n
 			}
 			if dry {
-				ctx, stub, done, err := af.dial()
-				if err != nil {
-					return err
-				}
-				defer done()
-				p, err := stub.PlanRebalance(ctx, req)
-				if err != nil {
-					return err
-				}
-				if err := printPlan(cmd.OutOrStdout(), af, p); err != nil || af.json || p.Moves > 0 {
-					return err
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), noMovesReason(p, threshold))
-				return nil
+				return af.call(func(ctx context.Context, stub mdspb.MdsClient) error {
+					p, err := stub.PlanRebalance(ctx, req)
+					if err != nil {
+						return err
+					}
+					if err := printPlan(cmd.OutOrStdout(), af, p); err != nil || af.json || p.Moves > 0 {
+						return err
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), noMovesReason(p, threshold))
+					return nil
+				})
 			}
 			return startAndFollow(cmd, af, req)
 		},
@@ -568,46 +579,48 @@ func adminFsckCmd(af *adminFlags) *cobra.Command {
 		Short: "Check that every extent has its chunks and every chunk belongs to an extent; --repair fixes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stub, done, err := af.dial()
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := stub.Fsck(ctx, &mdspb.FsckRequest{Repair: repair, OrphanGraceNs: int64(grace)})
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if af.json {
-				if err := printJSON(w, r); err != nil {
+			return af.call(func(ctx context.Context, stub mdspb.MdsClient) error {
+				r, err := stub.Fsck(ctx, &mdspb.FsckRequest{Repair: repair, OrphanGraceNs: int64(grace)})
+				if err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintf(w, "%d extents, %d chunks checked, %d chunks on OSTs: %d problems", r.Extents, r.ChunksChecked, r.OstChunks, r.ProblemCount)
-				if repair {
-					fmt.Fprintf(w, ", %d fixed or queued for rebuild", r.Fixed)
-				}
-				fmt.Fprintln(w)
-				for _, p := range r.Problems {
-					fmt.Fprintf(w, "  %s: extent %d chunk %d on OST %d", p.Kind, p.Extent, p.Index, p.Ost)
-					if p.Detail != "" {
-						fmt.Fprintf(w, ": %s", p.Detail)
+				w := cmd.OutOrStdout()
+				if af.json {
+					if err := printJSON(w, r); err != nil {
+						return err
 					}
-					if p.Fixed {
-						fmt.Fprint(w, " [fixed]")
-					}
-					fmt.Fprintln(w)
+				} else {
+					printFsck(w, r, repair)
 				}
-			}
-			if !r.Clean && (!repair || r.Fixed < r.ProblemCount) {
-				return problemf("fsck: %d problems", r.ProblemCount-r.Fixed)
-			}
-			return nil
+				if !r.Clean && (!repair || r.Fixed < r.ProblemCount) {
+					return problemf("fsck: %d problems", r.ProblemCount-r.Fixed)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&repair, "repair", false, "fix: rebuild missing chunks, delete orphans, repair chunks on removed OSTs")
 	cmd.Flags().DurationVar(&grace, "orphan-grace", 0, "unreferenced chunks younger than this are not orphans (default: the MDS's GC grace)")
 	return cmd
+}
+
+// printFsck prints an fsck report as text.
+func printFsck(w io.Writer, r *mdspb.FsckReply, repair bool) {
+	fmt.Fprintf(w, "%d extents, %d chunks checked, %d chunks on OSTs: %d problems", r.Extents, r.ChunksChecked, r.OstChunks, r.ProblemCount)
+	if repair {
+		fmt.Fprintf(w, ", %d fixed or queued for rebuild", r.Fixed)
+	}
+	fmt.Fprintln(w)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  %s: extent %d chunk %d on OST %d", p.Kind, p.Extent, p.Index, p.Ost)
+		if p.Detail != "" {
+			fmt.Fprintf(w, ": %s", p.Detail)
+		}
+		if p.Fixed {
+			fmt.Fprint(w, " [fixed]")
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func adminGCCmd(af *adminFlags) *cobra.Command {
@@ -616,21 +629,11 @@ func adminGCCmd(af *adminFlags) *cobra.Command {
 		Short: "Collect now the orphans and replaced extents past their grace period",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stub, done, err := af.dial()
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := stub.RunGC(ctx, &mdspb.GCRequest{})
-			if err != nil {
-				return err
-			}
-			if af.json {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "collected %d extents and %d old chunk copies; waiting: %d extents in the GC queue, %d uncommitted allocations, %d old chunk copies\n",
-				r.CollectedExtents, r.RetiredChunks, r.QueuedExtents, r.PendingExtents, r.RetiringChunks)
-			return nil
+			return adminRPC(cmd, af, mdspb.MdsClient.RunGC, &mdspb.GCRequest{}, func(w io.Writer, r *mdspb.GCReply) error {
+				fmt.Fprintf(w, "collected %d extents and %d old chunk copies; waiting: %d extents in the GC queue, %d uncommitted allocations, %d old chunk copies\n",
+					r.CollectedExtents, r.RetiredChunks, r.QueuedExtents, r.PendingExtents, r.RetiringChunks)
+				return nil
+			})
 		},
 	}
 }

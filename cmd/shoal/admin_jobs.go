@@ -23,14 +23,9 @@ func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
 		Short: "Show the " + kind + " job (follow it while it runs, unless --detach)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stub, done, err := af.stub()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := signalContext()
-			defer cancel()
-			return followJob(ctx, cmd.OutOrStdout(), af, stub, kind)
+			return af.follow(func(ctx context.Context, stub mdspb.MdsClient) error {
+				return followJob(ctx, cmd.OutOrStdout(), af, stub, kind)
+			})
 		},
 	}
 	stop := &cobra.Command{
@@ -38,16 +33,9 @@ func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
 		Short: "Stop the " + kind + " job after its current batch (resume continues it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stub, done, err := af.dial()
-			if err != nil {
-				return err
-			}
-			defer done()
-			j, err := stub.StopJob(ctx, &mdspb.JobRequest{Kind: kind})
-			if err != nil {
-				return err
-			}
-			return printJob(cmd.OutOrStdout(), af, j)
+			return adminRPC(cmd, af, mdspb.MdsClient.StopJob, &mdspb.JobRequest{Kind: kind}, func(w io.Writer, j *mdspb.AdminJob) error {
+				return printJob(w, af, j)
+			})
 		},
 	}
 	resume := &cobra.Command{
@@ -66,17 +54,12 @@ func jobSubcommands(af *adminFlags, kind string) []*cobra.Command {
 }
 
 func startAndFollow(cmd *cobra.Command, af *adminFlags, req *mdspb.StartJobRequest) error {
-	stub, done, err := af.stub()
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx, cancel := signalContext()
-	defer cancel()
-	if _, err := stub.StartJob(ctx, req); err != nil {
-		return err
-	}
-	return followJob(ctx, cmd.OutOrStdout(), af, stub, req.Kind)
+	return af.follow(func(ctx context.Context, stub mdspb.MdsClient) error {
+		if _, err := stub.StartJob(ctx, req); err != nil {
+			return err
+		}
+		return followJob(ctx, cmd.OutOrStdout(), af, stub, req.Kind)
+	})
 }
 
 // followJob shows a job until it stops running: a progress bar on a

@@ -153,11 +153,9 @@ func adminMdsAddCmd(af *adminFlags) *cobra.Command {
 		Short: "Add a member (then start it with `shoal mds --id ID --join`); it catches up from a snapshot",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseUint(args[0], 10, 64)
-			if err != nil || id == 0 {
-				return fmt.Errorf("bad member id %q", args[0])
-			}
-			return af.change(&peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_ADD, Id: id, Addr: args[1]})
+			return af.changeMember(args[0], func(id uint64) *peerpb.ChangeMemberRequest {
+				return &peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_ADD, Id: id, Addr: args[1]}
+			})
 		},
 	}
 }
@@ -168,16 +166,28 @@ func adminMdsRemoveCmd(af *adminFlags) *cobra.Command {
 		Short: "Remove a member from the group",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseUint(args[0], 10, 64)
-			if err != nil || id == 0 {
-				return fmt.Errorf("bad member id %q", args[0])
-			}
-			return af.change(&peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_REMOVE, Id: id})
+			return af.changeMember(args[0], func(id uint64) *peerpb.ChangeMemberRequest {
+				return &peerpb.ChangeMemberRequest{Op: peerpb.ChangeMemberRequest_REMOVE, Id: id}
+			})
 		},
 	}
 }
 
-func (af *adminFlags) change(req *peerpb.ChangeMemberRequest) error {
+// changeMember asks the leader for the change req makes of member id arg.
+func (af *adminFlags) changeMember(arg string, req func(id uint64) *peerpb.ChangeMemberRequest) error {
+	return af.atLeader(arg, func(ctx context.Context, cli peerpb.PeerClient, id uint64) (*peerpb.StatusReply, error) {
+		return cli.ChangeMember(ctx, req(id))
+	})
+}
+
+// atLeader parses the member id arg, makes call at the member that leads
+// and prints the members it answers: the body of the admin mds commands
+// that change the group.
+func (af *adminFlags) atLeader(arg string, call func(ctx context.Context, cli peerpb.PeerClient, id uint64) (*peerpb.StatusReply, error)) error {
+	id, err := strconv.ParseUint(arg, 10, 64)
+	if err != nil || id == 0 {
+		return fmt.Errorf("bad member id %q", arg)
+	}
 	ctx, cancel := callCtx()
 	defer cancel()
 	cli, done, err := af.leaderClient(ctx)
@@ -185,7 +195,7 @@ func (af *adminFlags) change(req *peerpb.ChangeMemberRequest) error {
 		return err
 	}
 	defer done()
-	st, err := cli.ChangeMember(ctx, req)
+	st, err := call(ctx, cli, id)
 	if err != nil {
 		return wire.FromStatus(err)
 	}
@@ -198,22 +208,9 @@ func adminMdsTransferCmd(af *adminFlags) *cobra.Command {
 		Short: "Hand leadership to member ID",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseUint(args[0], 10, 64)
-			if err != nil || id == 0 {
-				return fmt.Errorf("bad member id %q", args[0])
-			}
-			ctx, cancel := callCtx()
-			defer cancel()
-			cli, done, err := af.leaderClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := cli.TransferLeader(ctx, &peerpb.TransferLeaderRequest{To: id})
-			if err != nil {
-				return wire.FromStatus(err)
-			}
-			return printMembers(af, st)
+			return af.atLeader(args[0], func(ctx context.Context, cli peerpb.PeerClient, id uint64) (*peerpb.StatusReply, error) {
+				return cli.TransferLeader(ctx, &peerpb.TransferLeaderRequest{To: id})
+			})
 		},
 	}
 }

@@ -65,17 +65,27 @@ type ckptSess struct {
 	bar *ckptBar
 }
 
-// session opens a checkpoint session under a context that a signal
-// cancels, and returns the function that closes both: the start of every
-// ckpt command.
-func (f *ckptFlags) session(g *globals, o ckpt.Options) (context.Context, *ckptSess, func(), error) {
+// run opens a checkpoint session with o under a context that a signal
+// cancels, runs fn in it and closes both: the body of every ckpt command.
+func (f *ckptFlags) run(g *globals, o ckpt.Options, fn func(ctx context.Context, sess *ckptSess) error) error {
 	ctx, stop := signalContext()
+	defer stop()
 	sess, err := f.open(ctx, g, o)
 	if err != nil {
-		stop()
-		return nil, nil, nil, err
+		return err
 	}
-	return ctx, sess, func() { sess.close(); stop() }, nil
+	defer sess.close()
+	return fn(ctx, sess)
+}
+
+// runStep is run for the commands on JOB [STEP]: fn gets args[1] as a
+// step (the latest when absent), checked before the session opens.
+func (f *ckptFlags) runStep(g *globals, o ckpt.Options, args []string, fn func(ctx context.Context, sess *ckptSess, step int64) error) error {
+	step, err := ckptStepArg(args, 1)
+	if err != nil {
+		return err
+	}
+	return f.run(g, o, func(ctx context.Context, sess *ckptSess) error { return fn(ctx, sess, step) })
 }
 
 func (f *ckptFlags) open(ctx context.Context, g *globals, o ckpt.Options) (*ckptSess, error) {
@@ -188,6 +198,20 @@ func ckptJSON(v any) error {
 
 func ckptTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
+// ckptRows prints rows as JSON with --json, else as a table on stdout:
+// header, then a line of each row.
+func ckptRows[R any](asJSON bool, rows []R, header string, line func(w io.Writer, r R)) error {
+	if asJSON {
+		return ckptJSON(rows)
+	}
+	w := ckptTable(os.Stdout)
+	fmt.Fprintln(w, header)
+	for _, r := range rows {
+		line(w, r)
+	}
+	return w.Flush()
+}
+
 // mib prints a byte count.
 func ckptBytes(n int64) string {
 	switch {
@@ -207,15 +231,12 @@ func ckptLs(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "List the jobs, or the checkpoints of JOB (staging directories of saves in progress are never listed)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, sess, done, err := f.session(g, ckpt.Options{})
-			if err != nil {
-				return err
-			}
-			defer done()
-			if len(args) == 0 {
-				return ckptLsJobs(ctx, sess.s, f.json)
-			}
-			return ckptLsSteps(ctx, sess.s, args[0], f.json)
+			return f.run(g, ckpt.Options{}, func(ctx context.Context, sess *ckptSess) error {
+				if len(args) == 0 {
+					return ckptLsJobs(ctx, sess.s, f.json)
+				}
+				return ckptLsSteps(ctx, sess.s, args[0], f.json)
+			})
 		},
 	}
 }
@@ -242,19 +263,13 @@ func ckptLsJobs(ctx context.Context, s *ckpt.Store, asJSON bool) error {
 		}
 		rows = append(rows, r)
 	}
-	if asJSON {
-		return ckptJSON(rows)
-	}
-	w := ckptTable(os.Stdout)
-	fmt.Fprintln(w, "JOB\tSTEPS\tLATEST")
-	for _, r := range rows {
+	return ckptRows(asJSON, rows, "JOB\tSTEPS\tLATEST", func(w io.Writer, r row) {
 		latest := "-"
 		if r.Latest != nil {
 			latest = strconv.FormatInt(*r.Latest, 10)
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\n", r.Job, r.Steps, latest)
-	}
-	return w.Flush()
+	})
 }
 
 func ckptLsSteps(ctx context.Context, s *ckpt.Store, job string, asJSON bool) error {
@@ -282,12 +297,7 @@ func ckptLsSteps(ctx context.Context, s *ckpt.Store, job string, asJSON bool) er
 		}
 		rows = append(rows, r)
 	}
-	if asJSON {
-		return ckptJSON(rows)
-	}
-	w := ckptTable(os.Stdout)
-	fmt.Fprintln(w, "STEP\tTIME\tSHARDS\tSIZE\tSHARED\tPINNED\tMANIFEST")
-	for _, r := range rows {
+	return ckptRows(asJSON, rows, "STEP\tTIME\tSHARDS\tSIZE\tSHARED\tPINNED\tMANIFEST", func(w io.Writer, r row) {
 		man := "yes"
 		if !r.Manifest {
 			man = "no (run verify)"
@@ -297,8 +307,7 @@ func ckptLsSteps(ctx context.Context, s *ckpt.Store, job string, asJSON bool) er
 			pin = "pinned"
 		}
 		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Step, r.Time.Local().Format("2006-01-02 15:04:05"), r.Shards, ckptBytes(r.Bytes), ckptBytes(r.Shared), pin, man)
-	}
-	return w.Flush()
+	})
 }
 
 func ckptShow(g *globals, f *ckptFlags) *cobra.Command {
@@ -307,35 +316,28 @@ func ckptShow(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "Show a checkpoint's manifest: shards, tensors, dtypes, shapes, sizes, checksums, what was shared with the step before",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			step, err := ckptStepArg(args, 1)
-			if err != nil {
-				return err
-			}
-			ctx, sess, done, err := f.session(g, ckpt.Options{})
-			if err != nil {
-				return err
-			}
-			defer done()
-			// A job or step that is not there says so, without the hint
-			// about manifests (issue 18).
-			if _, err := sess.s.Stat(ctx, args[0], step); err != nil {
-				if jobs, jerr := sess.s.Jobs(ctx); jerr == nil && !slices.Contains(jobs, args[0]) {
-					return fmt.Errorf("ckpt: there is no job %q (shoal ckpt ls lists the jobs)", args[0])
+			return f.runStep(g, ckpt.Options{}, args, func(ctx context.Context, sess *ckptSess, step int64) error {
+				// A job or step that is not there says so, without the hint
+				// about manifests (issue 18).
+				if _, err := sess.s.Stat(ctx, args[0], step); err != nil {
+					if jobs, jerr := sess.s.Jobs(ctx); jerr == nil && !slices.Contains(jobs, args[0]) {
+						return fmt.Errorf("ckpt: there is no job %q (shoal ckpt ls lists the jobs)", args[0])
+					}
+					return err
 				}
-				return err
-			}
-			m, in, err := sess.s.Manifest(ctx, args[0], step)
-			if err != nil {
-				return fmt.Errorf("%w (a checkpoint written through the mount gets its manifest from 'shoal ckpt verify')", err)
-			}
-			if f.json {
-				return ckptJSON(m)
-			}
-			st, err := sess.s.Storage(ctx, args[0], in.Step) // compression per tensor
-			if err != nil {
-				st = nil // shown without the STORED column
-			}
-			return ckptPrintManifest(os.Stdout, m, in, st)
+				m, in, err := sess.s.Manifest(ctx, args[0], step)
+				if err != nil {
+					return fmt.Errorf("%w (a checkpoint written through the mount gets its manifest from 'shoal ckpt verify')", err)
+				}
+				if f.json {
+					return ckptJSON(m)
+				}
+				st, err := sess.s.Storage(ctx, args[0], in.Step) // compression per tensor
+				if err != nil {
+					st = nil // shown without the STORED column
+				}
+				return ckptPrintManifest(os.Stdout, m, in, st)
+			})
 		},
 	}
 }
@@ -399,61 +401,54 @@ func ckptVerify(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "Read every byte of a checkpoint and check it against the manifest (writes the manifest of a checkpoint saved through the mount)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			step, err := ckptStepArg(args, 1)
-			if err != nil {
-				return err
-			}
-			ctx, sess, done, err := f.session(g, ckpt.Options{})
-			if err != nil {
-				return err
-			}
-			defer done()
-			t0 := time.Now()
-			rep, err := sess.s.Verify(ctx, args[0], step)
-			sess.bar.finish()
-			if rep == nil {
-				return err
-			}
-			if f.json {
-				type problem struct {
-					Shard  string `json:"shard"`
-					Tensor string `json:"tensor,omitempty"`
-					Error  string `json:"error"`
+			return f.runStep(g, ckpt.Options{}, args, func(ctx context.Context, sess *ckptSess, step int64) error {
+				t0 := time.Now()
+				rep, err := sess.s.Verify(ctx, args[0], step)
+				sess.bar.finish()
+				if rep == nil {
+					return err
 				}
-				out := struct {
-					Job      string    `json:"job"`
-					Step     int64     `json:"step"`
-					OK       bool      `json:"ok"`
-					Shards   int       `json:"shards"`
-					Bytes    int64     `json:"bytes"`
-					Filled   bool      `json:"manifest_written"`
-					Problems []problem `json:"problems"`
-					Unlisted []string  `json:"unlisted,omitempty"`
-				}{Job: args[0], Step: rep.Info.Step, OK: err == nil, Shards: rep.Shards, Bytes: rep.Bytes, Filled: rep.Filled, Problems: []problem{}, Unlisted: rep.Unlisted}
+				if f.json {
+					type problem struct {
+						Shard  string `json:"shard"`
+						Tensor string `json:"tensor,omitempty"`
+						Error  string `json:"error"`
+					}
+					out := struct {
+						Job      string    `json:"job"`
+						Step     int64     `json:"step"`
+						OK       bool      `json:"ok"`
+						Shards   int       `json:"shards"`
+						Bytes    int64     `json:"bytes"`
+						Filled   bool      `json:"manifest_written"`
+						Problems []problem `json:"problems"`
+						Unlisted []string  `json:"unlisted,omitempty"`
+					}{Job: args[0], Step: rep.Info.Step, OK: err == nil, Shards: rep.Shards, Bytes: rep.Bytes, Filled: rep.Filled, Problems: []problem{}, Unlisted: rep.Unlisted}
+					for _, p := range rep.Problems {
+						out.Problems = append(out.Problems, problem{p.Shard, p.Tensor, p.Err.Error()})
+					}
+					if perr := ckptJSON(out); perr != nil {
+						return perr
+					}
+					return err
+				}
 				for _, p := range rep.Problems {
-					out.Problems = append(out.Problems, problem{p.Shard, p.Tensor, p.Err.Error()})
+					fmt.Printf("BAD  %s %s: %v\n", p.Shard, p.Tensor, p.Err)
 				}
-				if perr := ckptJSON(out); perr != nil {
-					return perr
+				for _, u := range rep.Unlisted {
+					fmt.Printf("note: %s is not in the manifest\n", u)
 				}
-				return err
-			}
-			for _, p := range rep.Problems {
-				fmt.Printf("BAD  %s %s: %v\n", p.Shard, p.Tensor, p.Err)
-			}
-			for _, u := range rep.Unlisted {
-				fmt.Printf("note: %s is not in the manifest\n", u)
-			}
-			if err != nil {
-				return err
-			}
-			el := time.Since(t0)
-			fmt.Printf("ok: %s step %d: %d shards, %s checked in %v (%.0f MiB/s)\n", args[0], rep.Info.Step, rep.Shards, ckptBytes(rep.Bytes),
-				el.Round(time.Millisecond), float64(rep.Bytes)/(1<<20)/el.Seconds())
-			if rep.Filled {
-				fmt.Printf("wrote %s/%s/%s/%s\n", f.root, args[0], rep.Info.Name, ckpt.ManifestName)
-			}
-			return nil
+				if err != nil {
+					return err
+				}
+				el := time.Since(t0)
+				fmt.Printf("ok: %s step %d: %d shards, %s checked in %v (%.0f MiB/s)\n", args[0], rep.Info.Step, rep.Shards, ckptBytes(rep.Bytes),
+					el.Round(time.Millisecond), float64(rep.Bytes)/(1<<20)/el.Seconds())
+				if rep.Filled {
+					fmt.Printf("wrote %s/%s/%s/%s\n", f.root, args[0], rep.Info.Name, ckpt.ManifestName)
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -465,29 +460,26 @@ func ckptRm(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "Delete checkpoints (pinned ones only with --force); GC frees the space no other step shares",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, sess, done, err := f.session(g, ckpt.Options{})
-			if err != nil {
-				return err
-			}
-			defer done()
-			for _, a := range args[1:] {
-				step, err := ckptParseStep(a)
-				if err != nil {
-					return err
-				}
-				if force {
-					if err := sess.s.Unpin(ctx, args[0], step); err != nil {
+			return f.run(g, ckpt.Options{}, func(ctx context.Context, sess *ckptSess) error {
+				for _, a := range args[1:] {
+					step, err := ckptParseStep(a)
+					if err != nil {
 						return err
 					}
+					if force {
+						if err := sess.s.Unpin(ctx, args[0], step); err != nil {
+							return err
+						}
+					}
+					if err := sess.s.Delete(ctx, args[0], step); err != nil {
+						return err
+					}
+					if !f.json {
+						fmt.Printf("deleted %s step %s\n", args[0], a)
+					}
 				}
-				if err := sess.s.Delete(ctx, args[0], step); err != nil {
-					return err
-				}
-				if !f.json {
-					fmt.Printf("deleted %s step %s\n", args[0], a)
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "unpin pinned checkpoints first")
@@ -501,24 +493,17 @@ func ckptPin(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "Pin a checkpoint: retention keeps it and rm refuses it (--unpin undoes)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			step, err := ckptParseStep(args[1])
-			if err != nil {
-				return err
-			}
-			ctx, sess, done, err := f.session(g, ckpt.Options{})
-			if err != nil {
-				return err
-			}
-			defer done()
-			what, op := "pinned", sess.s.Pin
-			if unpin {
-				what, op = "unpinned", sess.s.Unpin
-			}
-			if err := op(ctx, args[0], step); err != nil {
-				return err
-			}
-			fmt.Printf("%s %s step %d\n", what, args[0], step)
-			return nil
+			return f.runStep(g, ckpt.Options{}, args, func(ctx context.Context, sess *ckptSess, step int64) error {
+				what, op := "pinned", sess.s.Pin
+				if unpin {
+					what, op = "unpinned", sess.s.Unpin
+				}
+				if err := op(ctx, args[0], step); err != nil {
+					return err
+				}
+				fmt.Printf("%s %s step %d\n", what, args[0], step)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&unpin, "unpin", false, "remove the pin")
@@ -543,38 +528,35 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, sess, done, err := f.session(g, ckpt.Options{Retention: keep})
-			if err != nil {
-				return err
-			}
-			defer done()
-			var opts []ckpt.SaveOption
-			if noReuse {
-				opts = append(opts, ckpt.NoReuse())
-			}
-			if pin {
-				opts = append(opts, ckpt.Pin())
-			}
-			if cmd.Flags().Changed("base") {
-				opts = append(opts, ckpt.Base(base))
-			}
-			t0 := time.Now()
-			res, err := sess.s.Save(ctx, args[0], step, shards, opts...)
-			sess.bar.finish()
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return ckptJSON(res.Manifest)
-			}
-			m := res.Manifest
-			el := time.Since(t0)
-			fmt.Printf("saved %s step %d: %d shards, %s (%s written, %s shared) in %v (%.0f MiB/s)\n", m.Job, m.Step, len(m.Shards),
-				ckptBytes(m.Bytes), ckptBytes(m.Written), ckptBytes(m.Shared), el.Round(time.Millisecond), float64(m.Bytes)/(1<<20)/el.Seconds())
-			if len(res.Pruned) > 0 {
-				fmt.Printf("retention deleted steps %v\n", res.Pruned)
-			}
-			return res.PruneErr
+			return f.run(g, ckpt.Options{Retention: keep}, func(ctx context.Context, sess *ckptSess) error {
+				var opts []ckpt.SaveOption
+				if noReuse {
+					opts = append(opts, ckpt.NoReuse())
+				}
+				if pin {
+					opts = append(opts, ckpt.Pin())
+				}
+				if cmd.Flags().Changed("base") {
+					opts = append(opts, ckpt.Base(base))
+				}
+				t0 := time.Now()
+				res, err := sess.s.Save(ctx, args[0], step, shards, opts...)
+				sess.bar.finish()
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return ckptJSON(res.Manifest)
+				}
+				m := res.Manifest
+				el := time.Since(t0)
+				fmt.Printf("saved %s step %d: %d shards, %s (%s written, %s shared) in %v (%.0f MiB/s)\n", m.Job, m.Step, len(m.Shards),
+					ckptBytes(m.Bytes), ckptBytes(m.Written), ckptBytes(m.Shared), el.Round(time.Millisecond), float64(m.Bytes)/(1<<20)/el.Seconds())
+				if len(res.Pruned) > 0 {
+					fmt.Printf("retention deleted steps %v\n", res.Pruned)
+				}
+				return res.PruneErr
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -637,76 +619,69 @@ func ckptRestore(g *globals, f *ckptFlags) *cobra.Command {
 		Short: "Copy a checkpoint's files into DIR (the latest by default), every byte checked against the manifest",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			step, err := ckptStepArg(args, 1)
-			if err != nil {
-				return err
-			}
 			// One bar for the whole restore, not the store's per file.
-			ctx, sess, release, err := f.session(g, ckpt.Options{Progress: func(ckpt.Progress) {}})
-			if err != nil {
-				return err
-			}
-			defer release()
-			s := sess.s
-			in, err := s.Stat(ctx, args[0], step)
-			if err != nil {
-				return err
-			}
-			names, verified, total, err := ckptShardNames(ctx, s, args[0], in)
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(to, 0o755); err != nil {
-				return err
-			}
-			bar := newCkptBar(!f.json)
-			var mu sync.Mutex
-			var done int64
-			t0 := time.Now()
-			g2, gctx := errgroup.WithContext(ctx)
-			g2.SetLimit(f.parallel)
-			for _, n := range names {
-				g2.Go(func() error {
-					b, _, err := s.ReadFile(gctx, args[0], in.Step, n)
-					if err != nil {
-						return err
-					}
-					p := filepath.Join(to, filepath.FromSlash(n))
-					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-						return err
-					}
-					if err := os.WriteFile(p, b, 0o644); err != nil {
-						return err
-					}
-					mu.Lock()
-					done += int64(len(b))
-					bar.update(ckpt.Progress{Op: "restore", Job: args[0], Step: in.Step, Done: done, Total: total})
-					mu.Unlock()
-					return nil
-				})
-			}
-			err = g2.Wait()
-			bar.finish()
-			if err != nil {
-				return err
-			}
-			el := time.Since(t0)
-			if f.json {
-				return ckptJSON(struct {
-					Job      string   `json:"job"`
-					Step     int64    `json:"step"`
-					Files    []string `json:"files"`
-					Bytes    int64    `json:"bytes"`
-					Verified bool     `json:"verified"`
-				}{args[0], in.Step, names, total, verified})
-			}
-			note := "every byte checked against the manifest"
-			if !verified {
-				note = "NOT checked: no manifest (run shoal ckpt verify)"
-			}
-			fmt.Printf("restored %s step %d to %s: %d files, %s in %v (%.0f MiB/s); %s\n", args[0], in.Step, to, len(names), ckptBytes(total),
-				el.Round(time.Millisecond), float64(total)/(1<<20)/el.Seconds(), note)
-			return nil
+			return f.runStep(g, ckpt.Options{Progress: func(ckpt.Progress) {}}, args, func(ctx context.Context, sess *ckptSess, step int64) error {
+				s := sess.s
+				in, err := s.Stat(ctx, args[0], step)
+				if err != nil {
+					return err
+				}
+				names, verified, total, err := ckptShardNames(ctx, s, args[0], in)
+				if err != nil {
+					return err
+				}
+				if err := os.MkdirAll(to, 0o755); err != nil {
+					return err
+				}
+				bar := newCkptBar(!f.json)
+				var mu sync.Mutex
+				var done int64
+				t0 := time.Now()
+				g2, gctx := errgroup.WithContext(ctx)
+				g2.SetLimit(f.parallel)
+				for _, n := range names {
+					g2.Go(func() error {
+						b, _, err := s.ReadFile(gctx, args[0], in.Step, n)
+						if err != nil {
+							return err
+						}
+						p := filepath.Join(to, filepath.FromSlash(n))
+						if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+							return err
+						}
+						if err := os.WriteFile(p, b, 0o644); err != nil {
+							return err
+						}
+						mu.Lock()
+						done += int64(len(b))
+						bar.update(ckpt.Progress{Op: "restore", Job: args[0], Step: in.Step, Done: done, Total: total})
+						mu.Unlock()
+						return nil
+					})
+				}
+				err = g2.Wait()
+				bar.finish()
+				if err != nil {
+					return err
+				}
+				el := time.Since(t0)
+				if f.json {
+					return ckptJSON(struct {
+						Job      string   `json:"job"`
+						Step     int64    `json:"step"`
+						Files    []string `json:"files"`
+						Bytes    int64    `json:"bytes"`
+						Verified bool     `json:"verified"`
+					}{args[0], in.Step, names, total, verified})
+				}
+				note := "every byte checked against the manifest"
+				if !verified {
+					note = "NOT checked: no manifest (run shoal ckpt verify)"
+				}
+				fmt.Printf("restored %s step %d to %s: %d files, %s in %v (%.0f MiB/s); %s\n", args[0], in.Step, to, len(names), ckptBytes(total),
+					el.Round(time.Millisecond), float64(total)/(1<<20)/el.Seconds(), note)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "directory to write the files into (required)")
@@ -741,37 +716,35 @@ func ckptGC(g *globals, f *ckptFlags) *cobra.Command {
 				// (the library's 0 is its default).
 				stale = time.Nanosecond
 			}
-			ctx, sess, done, err := f.session(g, ckpt.Options{StaleAfter: stale})
-			if err != nil {
-				return err
-			}
-			defer done()
-			jobs := args
-			if len(jobs) == 0 {
-				if jobs, err = sess.s.Jobs(ctx); err != nil {
-					return err
+			return f.run(g, ckpt.Options{StaleAfter: stale}, func(ctx context.Context, sess *ckptSess) error {
+				jobs := args
+				if len(jobs) == 0 {
+					var err error
+					if jobs, err = sess.s.Jobs(ctx); err != nil {
+						return err
+					}
 				}
-			}
-			var errsOut []error
-			for _, j := range jobs {
-				rep, err := sess.s.GC(ctx, j)
-				if err != nil {
-					errsOut = append(errsOut, fmt.Errorf("%s: %w", j, err))
+				var errsOut []error
+				for _, j := range jobs {
+					rep, err := sess.s.GC(ctx, j)
+					if err != nil {
+						errsOut = append(errsOut, fmt.Errorf("%s: %w", j, err))
+					}
+					for _, n := range rep.Staging {
+						fmt.Printf("%s: removed stale staging directory %s\n", j, n)
+					}
+					for _, n := range rep.Trash {
+						fmt.Printf("%s: removed %s\n", j, n)
+					}
+					if err == nil && len(rep.Staging)+len(rep.Trash) == 0 {
+						fmt.Printf("%s: nothing to collect\n", j)
+					}
 				}
-				for _, n := range rep.Staging {
-					fmt.Printf("%s: removed stale staging directory %s\n", j, n)
+				if len(jobs) == 0 {
+					fmt.Println("no jobs: nothing to collect")
 				}
-				for _, n := range rep.Trash {
-					fmt.Printf("%s: removed %s\n", j, n)
-				}
-				if err == nil && len(rep.Staging)+len(rep.Trash) == 0 {
-					fmt.Printf("%s: nothing to collect\n", j)
-				}
-			}
-			if len(jobs) == 0 {
-				fmt.Println("no jobs: nothing to collect")
-			}
-			return errors.Join(errsOut...)
+				return errors.Join(errsOut...)
+			})
 		},
 	}
 	cmd.Flags().DurationVar(&stale, "stale-after", 15*time.Minute, "a staging directory unchanged this long belongs to a dead save (0: every one; only when no save runs)")
@@ -788,23 +761,20 @@ func ckptPrune(g *globals, f *ckptFlags) *cobra.Command {
 			if keep.IsZero() {
 				return errors.New("prune: give --keep-last and/or --keep-every")
 			}
-			ctx, sess, done, err := f.session(g, ckpt.Options{})
-			if err != nil {
-				return err
-			}
-			defer done()
-			deleted, err := sess.s.Prune(ctx, args[0], keep)
-			if f.json {
-				if deleted == nil {
-					deleted = []int64{}
+			return f.run(g, ckpt.Options{}, func(ctx context.Context, sess *ckptSess) error {
+				deleted, err := sess.s.Prune(ctx, args[0], keep)
+				if f.json {
+					if deleted == nil {
+						deleted = []int64{}
+					}
+					ckptJSON(deleted)
+				} else if len(deleted) > 0 {
+					fmt.Printf("deleted steps %v\n", deleted)
+				} else if err == nil {
+					fmt.Printf("%s: nothing to delete (the policy or pins keep every step)\n", args[0])
 				}
-				ckptJSON(deleted)
-			} else if len(deleted) > 0 {
-				fmt.Printf("deleted steps %v\n", deleted)
-			} else if err == nil {
-				fmt.Printf("%s: nothing to delete (the policy or pins keep every step)\n", args[0])
-			}
-			return err
+				return err
+			})
 		},
 	}
 	cmd.Flags().IntVar(&keep.KeepLast, "keep-last", 0, "keep the newest N steps")

@@ -32,52 +32,42 @@ func newMDSCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		Short: "Run a metadata server, alone or as one member of a replicated group (--id, --peers)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			log := g.logger().With("proc", "mds")
-			creds, err := tf.load()
-			if err != nil {
-				return err
-			}
-			if creds == nil {
-				log.Warn("serving plaintext (--insecure): no authentication, no encryption")
-			}
-			reloadOnHUP(creds, log.Info, ctx.Done())
-			reg := prometheus.NewRegistry()
-			admin, err := af.options()
-			if err != nil {
-				return err
-			}
-			o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds, Admin: admin, Placement: pf.options(),
-				Identity: mds.IdentityOptions{Squash: squash, SquashUID: squashUID, SquashGID: squashGID, SquashAll: squashAll}}
-			if peers != "" || id != 0 || join {
-				p, err := parsePeers(peers)
+			return g.serve("mds", &tf, func(ctx context.Context, log *slog.Logger, creds *wire.Creds, reg *prometheus.Registry) error {
+				admin, err := af.options()
 				if err != nil {
 					return err
 				}
-				o.Raft = &mds.RaftOptions{ID: id, Peers: p, Join: join}
-			}
-			// Bind first: a member must be reachable at its address
-			// while its Raft node starts.
-			srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(mds.Authorize), wire.ServeLogger(log))
-			if err != nil {
-				return fmt.Errorf("listen %s: %w", listen, err)
-			}
-			m, err := mds.Open(ctx, o)
-			if err != nil {
-				srv.Stop(0)
+				o := mds.Options{Dir: dir, Logger: log, Registry: reg, Creds: creds, Admin: admin, Placement: pf.options(),
+					Identity: mds.IdentityOptions{Squash: squash, SquashUID: squashUID, SquashGID: squashGID, SquashAll: squashAll}}
+				if peers != "" || id != 0 || join {
+					p, err := parsePeers(peers)
+					if err != nil {
+						return err
+					}
+					o.Raft = &mds.RaftOptions{ID: id, Peers: p, Join: join}
+				}
+				// Bind first: a member must be reachable at its address
+				// while its Raft node starts.
+				srv, err := wire.Bind(listen, wire.ServeCreds(creds), wire.ServeAuthorizer(mds.Authorize), wire.ServeLogger(log))
+				if err != nil {
+					return fmt.Errorf("listen %s: %w", listen, err)
+				}
+				m, err := mds.Open(ctx, o)
+				if err != nil {
+					srv.Stop(0)
+					return err
+				}
+				defer m.Close()
+				srv.Serve(m.Register)
+				log.Info("MDS serving", "addr", srv.Addr(), "dir", dir)
+				serveOps(ctx, log, metrics, reg, mdsReady(m))
+				<-ctx.Done()
+				log.Info("MDS stopping", "addr", srv.Addr(), "why", context.Cause(ctx))
+				srv.Stop(5 * time.Second)
+				err = m.Close()
+				log.Info("MDS stopped", "addr", srv.Addr(), "err", err)
 				return err
-			}
-			defer m.Close()
-			srv.Serve(m.Register)
-			log.Info("MDS serving", "addr", srv.Addr(), "dir", dir)
-			serveOps(ctx, log, metrics, reg, mdsReady(m))
-			<-ctx.Done()
-			log.Info("MDS stopping", "addr", srv.Addr(), "why", context.Cause(ctx))
-			srv.Stop(5 * time.Second)
-			err = m.Close()
-			log.Info("MDS stopped", "addr", srv.Addr(), "err", err)
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the MDS database (required)")
@@ -94,6 +84,25 @@ func newMDSCmd(g *globals) *cobra.Command {
 	addWorkerFlags(cmd, &af)
 	addPlacementFlags(cmd, &pf)
 	return configurable(cmd, append(mdsChecks(), workerChecks, placementChecks)...)
+}
+
+// serve runs fn, the body of `shoal mds` or `shoal ost`, under a context
+// that a signal cancels, with the logger of proc, the TLS credentials
+// (reloaded on SIGHUP; nil, with a warning, under --insecure) and a
+// metrics registry.
+func (g *globals) serve(proc string, tf *tlsFlags, fn func(ctx context.Context, log *slog.Logger, creds *wire.Creds, reg *prometheus.Registry) error) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	log := g.logger().With("proc", proc)
+	creds, err := tf.load()
+	if err != nil {
+		return err
+	}
+	if creds == nil {
+		log.Warn("serving plaintext (--insecure): no authentication, no encryption")
+	}
+	reloadOnHUP(creds, log.Info, ctx.Done())
+	return fn(ctx, log, creds, prometheus.NewRegistry())
 }
 
 // parsePeers parses "1=host:port,2=host:port".
@@ -126,38 +135,28 @@ func newOSTCmd(g *globals) *cobra.Command {
 			if err := requireMDS(mdsAddr); err != nil {
 				return err
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			log := g.logger().With("proc", "ost")
-			creds, err := tf.load()
-			if err != nil {
+			return g.serve("ost", &tf, func(ctx context.Context, log *slog.Logger, creds *wire.Creds, reg *prometheus.Registry) error {
+				scrub, err := sf.options()
+				if err != nil {
+					return err
+				}
+				capOpt, err := withCapacity(capacity)
+				if err != nil {
+					return err
+				}
+				o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub, capOpt)
+				if err != nil {
+					return err
+				}
+				log.Info("OST serving", "addr", srv.Addr(), "data_addr", o.DataAddr(), "id", o.ID(), "dir", dir)
+				serveMetrics(ctx, log, metrics, reg)
+				<-ctx.Done()
+				log.Info("OST stopping", "ost", o.ID(), "addr", srv.Addr(), "why", context.Cause(ctx))
+				srv.Stop(5 * time.Second)
+				err = o.Close()
+				log.Info("OST stopped", "ost", o.ID(), "err", err)
 				return err
-			}
-			if creds == nil {
-				log.Warn("serving plaintext (--insecure): no authentication, no encryption")
-			}
-			reloadOnHUP(creds, log.Info, ctx.Done())
-			reg := prometheus.NewRegistry()
-			scrub, err := sf.options()
-			if err != nil {
-				return err
-			}
-			capOpt, err := withCapacity(capacity)
-			if err != nil {
-				return err
-			}
-			o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub, capOpt)
-			if err != nil {
-				return err
-			}
-			log.Info("OST serving", "addr", srv.Addr(), "data_addr", o.DataAddr(), "id", o.ID(), "dir", dir)
-			serveMetrics(ctx, log, metrics, reg)
-			<-ctx.Done()
-			log.Info("OST stopping", "ost", o.ID(), "addr", srv.Addr(), "why", context.Cause(ctx))
-			srv.Stop(5 * time.Second)
-			err = o.Close()
-			log.Info("OST stopped", "ost", o.ID(), "err", err)
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory holding the chunks (required)")
