@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -371,5 +372,114 @@ func TestTornWrite(t *testing.T) {
 	to.srv.scrub.mu.Unlock()
 	if pending != 1 {
 		t.Errorf("%d chunks queued for the MDS, want 1", pending)
+	}
+}
+
+// TestIdentityLockStatfsFaults: the directory lock, the identity files
+// (ost.uuid, ost.id) and statfs go through Options.FS as the chunks do. A
+// failure there is an error that names what failed, never a panic, and
+// leaves nothing half done: the lock is released, the identity files are
+// whole or absent, tmp/ holds no temp file.
+func TestIdentityLockStatfsFaults(t *testing.T) {
+	var failing atomic.Pointer[func(errorfs.Op) bool]
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if f := failing.Load(); f != nil && (*f)(op) {
+			return &fs.PathError{Op: "fault", Path: op.Path, Err: syscall.EIO}
+		}
+		return nil
+	})
+	fail := func(kind errorfs.OpKind, name string) {
+		f := func(op errorfs.Op) bool {
+			return op.Kind == kind && strings.HasPrefix(filepath.Base(op.Path), name)
+		}
+		failing.Store(&f)
+	}
+	dir := t.TempDir()
+	efs := errorfs.Wrap(vfs.Default, inj)
+	open := func() (*Server, error) {
+		return Open(t.Context(), Options{Dir: dir, BlockSize: testBlock, FS: efs})
+	}
+	noTemp := func(when string) {
+		t.Helper()
+		if ents, err := os.ReadDir(filepath.Join(dir, tmpDir)); err != nil || len(ents) != 0 {
+			t.Errorf("%s: tmp/ holds %v (%v)", when, ents, err)
+		}
+	}
+	wantErr := func(when string, err error, what string) {
+		t.Helper()
+		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), what) {
+			t.Fatalf("%s: %v, want EIO naming %s", when, err, what)
+		}
+	}
+
+	// The first Open creates ost.uuid: each step of its write fails in
+	// turn, and Open fails, unlocking the directory (the next Open gets
+	// as far again).
+	for _, kind := range []errorfs.OpKind{errorfs.OpCreate, errorfs.OpFileWrite, errorfs.OpFileSync, errorfs.OpRename} {
+		fail(kind, uuidFile)
+		_, err := open()
+		wantErr(fmt.Sprintf("Open, ost.uuid failing at op %d", kind), err, uuidFile)
+		if _, err := os.Stat(filepath.Join(dir, uuidFile)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("op %d: ost.uuid after a failed write: %v", kind, err)
+		}
+		noTemp(fmt.Sprintf("ost.uuid failing at op %d", kind))
+	}
+	failing.Store(nil)
+	srv, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !validUUID(srv.UUID()) {
+		t.Fatalf("uuid %q", srv.UUID())
+	}
+
+	// statfs: Info fails, saying so; it answers again once the disk does.
+	fail(errorfs.OpGetDiskUsage, filepath.Base(dir))
+	_, err = srv.info()
+	wantErr("Info, statfs failing", err, "statfs")
+	failing.Store(nil)
+	if inf, err := srv.info(); err != nil || inf.Capacity == 0 {
+		t.Fatalf("Info after the fault: %v %v", inf, err)
+	}
+
+	// ost.id (written at the first registration): a failed write leaves
+	// the OST without an id, a retry persists it.
+	fail(errorfs.OpFileSync, idFile)
+	wantErr("saveID, sync failing", srv.st.saveID(7), idFile)
+	failing.Store(nil)
+	noTemp("ost.id failing")
+	if id, err := srv.st.loadID(); err != nil || id != 0 {
+		t.Fatalf("id after a failed write: %d %v, want 0", id, err)
+	}
+	if err := srv.st.saveID(7); err != nil {
+		t.Fatal(err)
+	}
+	uuid := srv.UUID()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The lock, and reading the identity files, at Open.
+	for _, c := range []struct {
+		kind errorfs.OpKind
+		name string
+		what string
+	}{
+		{errorfs.OpLock, lockFile, "lock " + dir},
+		{errorfs.OpOpen, uuidFile, uuidFile},
+		{errorfs.OpOpen, idFile, idFile},
+	} {
+		fail(c.kind, c.name)
+		_, err := open()
+		wantErr(fmt.Sprintf("Open, %s failing at op %d", c.name, c.kind), err, c.what)
+	}
+	failing.Store(nil)
+	srv, err = open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if srv.UUID() != uuid || srv.ID() != 7 {
+		t.Fatalf("reopened as %s id %d, want %s id 7", srv.UUID(), srv.ID(), uuid)
 	}
 }

@@ -4,19 +4,24 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/shoalfs/shoal/internal/errs"
 )
 
+// The identity files ost.uuid and ost.id are read and written through the
+// store's FS, as the chunks are (vfs.go).
+
 // loadOrCreateUUID returns the uuid in dir/ost.uuid, creating the file with
 // a new random (version 4) uuid the first time.
-func loadOrCreateUUID(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, uuidFile))
+func (st *store) loadOrCreateUUID() (string, error) {
+	b, err := st.readFile(uuidFile)
 	switch {
 	case err == nil:
 		u := strings.TrimSpace(string(b))
@@ -34,7 +39,7 @@ func loadOrCreateUUID(dir string) (string, error) {
 	r[6] = r[6]&0x0f | 0x40 // version 4
 	r[8] = r[8]&0x3f | 0x80 // RFC 4122 variant
 	u := fmt.Sprintf("%x-%x-%x-%x-%x", r[0:4], r[4:6], r[6:8], r[8:10], r[10:16])
-	if err := writeFileAtomic(dir, uuidFile, []byte(u+"\n")); err != nil {
+	if err := st.writeFileAtomic(uuidFile, []byte(u+"\n")); err != nil {
 		return "", fmt.Errorf("ost: %w", err)
 	}
 	return u, nil
@@ -60,8 +65,8 @@ func validUUID(u string) bool {
 }
 
 // loadID returns the id in dir/ost.id, or 0 when the OST never registered.
-func loadID(dir string) (uint32, error) {
-	b, err := os.ReadFile(filepath.Join(dir, idFile))
+func (st *store) loadID() (uint32, error) {
+	b, err := st.readFile(idFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -75,20 +80,47 @@ func loadID(dir string) (uint32, error) {
 	return uint32(id), nil
 }
 
-func saveID(dir string, id uint32) error {
-	return writeFileAtomic(dir, idFile, []byte(strconv.FormatUint(uint64(id), 10)+"\n"))
+func (st *store) saveID(id uint32) error {
+	return st.writeFileAtomic(idFile, []byte(strconv.FormatUint(uint64(id), 10)+"\n"))
 }
 
-// writeFileAtomic replaces dir/name with b: temp file in dir/tmp, fsync,
-// rename, fsync dir.
-func writeFileAtomic(dir, name string, b []byte) error {
-	tmp, err := writeTemp(filepath.Join(dir, tmpDir), name+"-", b)
+// readFile returns the contents of dir/name.
+func (st *store) readFile(name string) ([]byte, error) {
+	f, err := st.fs.Open(filepath.Join(st.dir, name))
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return b, err
+}
+
+// writeFileAtomic replaces dir/name with b: temp file in dir/tmp (named
+// from the counter of chunk writes), fsync, rename, fsync dir.
+func (st *store) writeFileAtomic(name string, b []byte) error {
+	tmp := filepath.Join(st.dir, tmpDir, name+"-"+strconv.FormatUint(st.tmpSeq.Add(1), 10))
+	f, err := st.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		os.Remove(tmp)
-		return err
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
 	}
-	return syncDir(dir)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = st.fs.Rename(tmp, filepath.Join(st.dir, name))
+	}
+	if err != nil {
+		st.fs.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := st.fsyncDir(st.dir); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
 }

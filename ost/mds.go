@@ -164,7 +164,7 @@ func (s *Server) register(ctx context.Context, cli mdspb.MdsClient) error {
 		return fmt.Errorf("ost: MDS assigned id %d to uuid %s, but this OST is id %d (%s): %w",
 			id, s.uuid, old, idFile, errs.ErrStale)
 	}
-	if err := saveID(s.opts.Dir, id); err != nil {
+	if err := s.st.saveID(id); err != nil {
 		return fmt.Errorf("ost: persist id %d: %w", id, err)
 	}
 	s.id.Store(id)

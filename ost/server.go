@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -31,7 +30,8 @@ const (
 	DefaultBlockSize         = 64 << 10
 )
 
-// lockFile is held (flock) while a Server has the directory open.
+// lockFile is locked (the FS's Lock: on vfs.Default an fcntl lock) while a
+// Server has the directory open.
 const lockFile = "ost.lock"
 
 // Options configure an OST.
@@ -67,11 +67,13 @@ type Options struct {
 	// would pass it fails with ENOSPC (errs.ErrNoSpace), as a full disk
 	// does. 0: the file system's capacity.
 	Capacity uint64
-	// FS is the file system the chunk store (chunks/ and tmp/) lives on;
-	// nil: vfs.Default, the OS's. Tests inject faults with it (errorfs,
-	// vfs.NewCrashableMem). Any other FS turns O_DIRECT off (vfs.go). The
-	// directory lock, identity files and statfs always use the OS at Dir,
-	// so a Server's FS must wrap the OS's (errorfs.Wrap(vfs.Default, ...)).
+	// FS is the file system Dir lives on; nil: vfs.Default, the OS's.
+	// The chunk store (chunks/ and tmp/), the directory lock, the
+	// identity files and statfs all go through it, so that tests inject
+	// faults there (errorfs, vfs.NewCrashableMem). Any other FS turns
+	// O_DIRECT off (vfs.go); one without GetDiskUsage (vfs.MemFS) makes
+	// Info fail. Only the file system id sent to the MDS (fsID) asks the
+	// OS at Dir.
 	FS vfs.FS
 }
 
@@ -129,7 +131,7 @@ type Server struct {
 	m    *metrics
 	uuid string
 	id   atomic.Uint32 // 0 until registered (or loaded from ost.id)
-	lock *os.File      // holds the flock on ost.lock
+	lock io.Closer     // holds the lock on ost.lock (lockDir)
 	bufs *datanet.BufPool
 
 	data     *datanet.Server // the data path; nil when off
@@ -155,10 +157,10 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+	if err := o.FS.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("ost: %w", err)
 	}
-	lock, err := lockDir(o.Dir)
+	lock, err := lockDir(o.FS, o.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -173,10 +175,10 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		return fail(err)
 	}
 	s.st = st
-	if s.uuid, err = loadOrCreateUUID(o.Dir); err != nil {
+	if s.uuid, err = st.loadOrCreateUUID(); err != nil {
 		return fail(err)
 	}
-	id, err := loadID(o.Dir)
+	id, err := st.loadID()
 	if err != nil {
 		return fail(err)
 	}
@@ -212,21 +214,53 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-// lockDir takes an exclusive flock on dir/ost.lock, so that two servers
-// never share a directory.
-func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+// lockDir locks dir/ost.lock through fsys, so that two servers never
+// share a directory.
+func lockDir(fsys vfs.FS, dir string) (io.Closer, error) {
+	path := filepath.Join(dir, lockFile)
+	key, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("ost: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("ost: %s is in use by another server: %w", dir, errs.ErrExists)
-		}
 		return nil, fmt.Errorf("ost: lock %s: %w", dir, err)
 	}
-	return f, nil
+	heldDirs.Lock()
+	defer heldDirs.Unlock()
+	c, err := fsys.Lock(path)
+	switch {
+	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EACCES), err != nil && heldDirs.m[key] > 0:
+		return nil, fmt.Errorf("ost: %s is in use by another server: %w", dir, errs.ErrExists)
+	case err != nil:
+		return nil, fmt.Errorf("ost: lock %s: %w", dir, err)
+	}
+	if heldDirs.m == nil {
+		heldDirs.m = map[string]int{}
+	}
+	heldDirs.m[key]++
+	return &dirLock{key: key, c: c}, nil
+}
+
+// heldDirs counts the lock files (absolute paths) that Servers of this
+// process hold, so that a second Server here on the same directory gets
+// errs.ErrExists too: an fcntl lock excludes other processes only, and
+// vfs.Default refuses a second lock in one process with an error of no
+// type.
+var heldDirs struct {
+	sync.Mutex
+	m map[string]int
+}
+
+// dirLock is a lock taken by lockDir.
+type dirLock struct {
+	key string
+	c   io.Closer
+}
+
+func (l *dirLock) Close() error {
+	heldDirs.Lock()
+	defer heldDirs.Unlock()
+	if heldDirs.m[l.key]--; heldDirs.m[l.key] <= 0 {
+		delete(heldDirs.m, l.key)
+	}
+	return l.c.Close()
 }
 
 // Register registers the ostpb.Ost service on g.
@@ -271,11 +305,11 @@ func (s *Server) Close() error {
 // space is the capacity and free space of the OST's file system, within
 // Options.Capacity.
 func (s *Server) space() (capacity, free uint64, err error) {
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(s.opts.Dir, &fs); err != nil {
+	du, err := s.st.fs.GetDiskUsage(s.opts.Dir)
+	if err != nil {
 		return 0, 0, fmt.Errorf("ost: statfs %s: %w", s.opts.Dir, err)
 	}
-	capacity, free = statfsSpace(&fs)
+	capacity, free = statfsSpace(du)
 	if limit := s.opts.Capacity; limit > 0 {
 		used := uint64(max(s.st.used.Load(), 0))
 		capacity, free = min(capacity, limit), min(free, limit-min(used, limit))
@@ -284,15 +318,19 @@ func (s *Server) space() (capacity, free uint64, err error) {
 }
 
 // statfsSpace is the size and free space of a file system as df(1)
-// counts them: used is what is not free (Bfree), available what an
-// unprivileged writer may still take (Bavail), and the size the sum of
-// the two. The blocks the disk reserves for root (Bfree - Bavail, 5% of
-// ext4 by default) are neither used nor available to Shoal, so they
-// count in neither, and (size - free) / size is df's Use%.
-func statfsSpace(fs *syscall.Statfs_t) (size, free uint64) {
-	bs := uint64(fs.Bsize)
-	used := (fs.Blocks - min(fs.Bfree, fs.Blocks)) * bs
-	return used + fs.Bavail*bs, fs.Bavail * bs
+// counts them, from the FS's statfs (on vfs.Default: UsedBytes is Blocks -
+// Bfree, AvailBytes Bavail, in fragments of Frsize as df counts): used is
+// what is not free, available what an unprivileged writer may still take,
+// and the size the sum of the two. The blocks the disk reserves for root
+// (Bfree - Bavail, 5% of ext4 by default) are neither used nor available
+// to Shoal, so they count in neither, and (size - free) / size is df's
+// Use%.
+func statfsSpace(du vfs.DiskUsage) (size, free uint64) {
+	used := du.UsedBytes
+	if used > du.TotalBytes {
+		used = 0 // more free blocks than blocks: wrapped below zero
+	}
+	return used + du.AvailBytes, du.AvailBytes
 }
 
 // fsID names the file system under Dir (device number and statfs f_fsid),

@@ -1,8 +1,9 @@
 package ost
 
 import (
-	"syscall"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // The space an OST reports is df's: the blocks reserved for root count
@@ -20,9 +21,12 @@ func TestStatfsSpace(t *testing.T) {
 		// Full for users, root's reserve left: 100%, not below.
 		{"reserve only", 1000, 50, 0, 950, 0, 100},
 		{"empty", 1000, 1000, 950, 950, 950, 0},
+		// More free blocks than blocks (UsedBytes wrapped): none used.
+		{"bfree above blocks", 1000, 1010, 950, 950, 950, 0},
 	} {
-		fs := syscall.Statfs_t{Bsize: 4096, Blocks: c.blocks, Bfree: c.bfree, Bavail: c.bavail}
-		size, free := statfsSpace(&fs)
+		// As vfs.Default's GetDiskUsage makes it of statfs.
+		du := vfs.DiskUsage{TotalBytes: c.blocks * 4096, UsedBytes: (c.blocks - c.bfree) * 4096, AvailBytes: c.bavail * 4096}
+		size, free := statfsSpace(du)
 		if size != c.size*4096 || free != c.free*4096 {
 			t.Errorf("%s: size %d free %d blocks, want %d %d", c.name, size/4096, free/4096, c.size, c.free)
 		}

@@ -360,27 +360,6 @@ func (st *store) writeChunkTemp(b []byte, direct bool) (string, error) {
 	}
 }
 
-// writeTemp writes b to a new file in dir, fsyncs and closes it, and
-// returns its path.
-func writeTemp(dir, pattern string, b []byte) (string, error) {
-	f, err := os.CreateTemp(dir, pattern)
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
-}
-
 // fdatasync flushes f's data and the metadata needed to read it back.
 func fdatasync(f *os.File) error {
 	rc, err := f.SyscallConn()
@@ -685,18 +664,4 @@ func (st *store) remove(c chunkID) (bool, error) {
 		return existed, diskErr("delete sidecar of", c, err)
 	}
 	return existed, nil
-}
-
-// syncDir fsyncs a directory of the OS's file system (the OST directory's
-// identity files), making the names in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -27,9 +27,9 @@ import (
 //   - directory listings with the entries' types from the directory
 //     itself, without a stat per sidecar (readDir).
 //
-// Everything else (rename, remove, sync, reads, the sidecars) goes
-// through the FS on every FS. Any FS other than vfs.Default turns
-// O_DIRECT off.
+// Everything else (rename, remove, sync, reads, the sidecars, and outside
+// the store the directory lock, ost.uuid, ost.id and statfs) goes through
+// the FS on every FS. Any FS other than vfs.Default turns O_DIRECT off.
 
 // osFile is an *os.File opened by the store itself (the O_DIRECT and
 // O_EXCL fast path) seen as a vfs.File.
