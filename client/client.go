@@ -296,10 +296,6 @@ func (c *Client) closeConns() error {
 	return c.mdsConn.Close()
 }
 
-// MDS returns the raw MDS stub, for callers (admin, tests) that need a call
-// the client does not wrap.
-func (c *Client) MDS() mdspb.MdsClient { return c.mds }
-
 // ost returns a stub for OST id and its address, refreshing the address
 // table from the MDS when the id is unknown or refresh is set.
 func (c *Client) ost(ctx context.Context, id uint32, refresh bool) (ostpb.OstClient, string, error) {
@@ -382,15 +378,15 @@ func (c *Client) coder(lo layout.Layout) (*erasure.Coder, error) {
 }
 
 func (c *Client) refreshOsts(ctx context.Context) error {
-	r, err := c.mds.ListOsts(ctx, &mdspb.ListOstsRequest{})
+	l, err := c.ListOsts(ctx)
 	if err != nil {
-		return fmt.Errorf("list OSTs: %w", err)
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, o := range r.GetOsts() {
-		c.mu.ostAddr[o.GetId()] = o.GetAddr()
-		c.mu.ostUp[o.GetId()] = o.GetUp()
+	for _, o := range l.OSTs {
+		c.mu.ostAddr[o.ID] = o.Addr
+		c.mu.ostUp[o.ID] = o.Up
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -19,4 +20,15 @@ func (c *Client) ReadExtent(ctx context.Context, ext *mdspb.Extent, off int64, b
 		return c.readCompressed(ctx, ext, off, buf, nil)
 	}
 	return c.readExact(ctx, ext, off, buf)
+}
+
+// ExtentMap returns the size of regular file ino and its extent map, for
+// readers that plan their own I/O (gds) and read it with ReadExtent: the
+// client records the read capabilities that come with it.
+func (c *Client) ExtentMap(ctx context.Context, ino uint64) (size int64, refs []*mdspb.ExtentRef, err error) {
+	r, err := c.mds.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: ino})
+	if err != nil {
+		return 0, nil, fmt.Errorf("extent map of inode %d: %w", ino, err)
+	}
+	return int64(r.GetAttr().GetSize()), r.GetExtents(), nil
 }

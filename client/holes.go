@@ -137,12 +137,8 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff int64, dst *Fi
 		return 0, nil
 	}
 	length = min(length, size-srcOff)
-	_, err := c.mds.CloneExtents(ctx, &mdspb.CloneExtentsRequest{
-		SrcIno: src.ino, DstIno: dst.ino,
-		Ranges: []*mdspb.CloneRange{{SrcOff: uint64(srcOff), DstOff: uint64(dstOff), Length: uint64(length)}},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("copy inode %d to %d: %w", src.ino, dst.ino, err)
+	if err := c.CloneRanges(ctx, src.ino, dst.ino, []CloneRange{{SrcOff: srcOff, DstOff: dstOff, Length: length}}); err != nil {
+		return 0, err
 	}
 	// The new entries come with read capabilities for dst.
 	r, err := c.mds.GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: dst.ino})
@@ -152,4 +148,27 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff int64, dst *Fi
 	dst.ext = extentMap(r.GetExtents())
 	dst.size = max(dst.size, int64(r.GetAttr().GetSize()))
 	return length, nil
+}
+
+// CloneRange is one range of CloneRanges: Length bytes of the source at
+// SrcOff become the destination's bytes at DstOff.
+type CloneRange struct{ SrcOff, DstOff, Length int64 }
+
+// CloneRanges makes ranges of file srcIno part of file dstIno without
+// copying them, in one MDS transaction, as CopyRange does for one range
+// between open Files; unlike CopyRange it neither commits buffered
+// writes nor clamps the ranges to the source's size. The checkpoint
+// store shares a base step's shards this way.
+func (c *Client) CloneRanges(ctx context.Context, srcIno, dstIno uint64, ranges []CloneRange) error {
+	rs := make([]*mdspb.CloneRange, len(ranges))
+	for i, r := range ranges {
+		if r.SrcOff < 0 || r.DstOff < 0 || r.Length < 0 {
+			return fmt.Errorf("clone of %d bytes from %d to %d: %w", r.Length, r.SrcOff, r.DstOff, errs.ErrInvalid)
+		}
+		rs[i] = &mdspb.CloneRange{SrcOff: uint64(r.SrcOff), DstOff: uint64(r.DstOff), Length: uint64(r.Length)}
+	}
+	if _, err := c.mds.CloneExtents(ctx, &mdspb.CloneExtentsRequest{SrcIno: srcIno, DstIno: dstIno, Ranges: rs}); err != nil {
+		return fmt.Errorf("copy inode %d to %d: %w", srcIno, dstIno, err)
+	}
+	return nil
 }

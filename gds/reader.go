@@ -173,12 +173,12 @@ func (r *Reader) newFile(ctx context.Context, cf *client.File) (*File, error) {
 
 // Refresh reads the file's size and extent map from the MDS again.
 func (f *File) Refresh(ctx context.Context) error {
-	rep, err := f.r.cl.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: f.ino})
+	size, refs, err := f.r.cl.ExtentMap(ctx, f.ino)
 	if err != nil {
-		return fmt.Errorf("gds: extent map of inode %d: %w", f.ino, err)
+		return fmt.Errorf("gds: %w", err)
 	}
 	f.mu.Lock()
-	f.size, f.refs = int64(rep.GetAttr().GetSize()), rep.GetExtents()
+	f.size, f.refs = size, refs
 	f.mu.Unlock()
 	return nil
 }

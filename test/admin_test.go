@@ -355,7 +355,7 @@ func flipChunks(t *testing.T, cl *cluster.Cluster, c *client.Client, ds *dataset
 		if err != nil {
 			t.Fatal(err)
 		}
-		ext, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
+		ext, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -713,7 +713,7 @@ func flipChunkByte(t *testing.T, cl *cluster.Cluster, p string, resum bool) int6
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+	r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
 	if err != nil {
 		t.Fatal(err)
 	}

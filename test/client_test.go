@@ -223,7 +223,7 @@ func flipDataChunks(t *testing.T, cl *cluster.Cluster, c *client.Client, path st
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.MDS().GetExtents(ctx, mdsGetExtents(a.GetIno()))
+	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
 	if err != nil {
 		t.Fatal(err)
 	}

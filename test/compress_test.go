@@ -40,7 +40,7 @@ func textData(seed uint64, n int) []byte {
 }
 
 // setCompress sets the compression attribute of directory p.
-func setCompress(t *testing.T, c *client.Client, p string, comp *mdspb.Compression) {
+func setCompress(t *testing.T, cl *cluster.Cluster, c *client.Client, p string, comp *mdspb.Compression) {
 	t.Helper()
 	ctx := context.Background()
 	a, err := c.Stat(ctx, p)
@@ -48,20 +48,20 @@ func setCompress(t *testing.T, c *client.Client, p string, comp *mdspb.Compressi
 		t.Fatal(err)
 	}
 	l := a.GetLayout()
-	if _, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Compression: comp}}); err != nil {
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Compression: comp}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // extentsOf returns the extent map of p.
-func extentsOf(t *testing.T, c *client.Client, p string) []*mdspb.ExtentRef {
+func extentsOf(t *testing.T, cl *cluster.Cluster, c *client.Client, p string) []*mdspb.ExtentRef {
 	t.Helper()
 	ctx := context.Background()
 	a, err := c.Stat(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.MDS().GetExtents(ctx, mdsGetExtents(a.GetIno()))
+	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestCompressText(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setCompress(t, c, "/z", &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD, Level: 3})
+	setCompress(t, cl, c, "/z", &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD, Level: 3})
 	files := map[string][]byte{
 		"big":   textData(1, 40<<20+12345), // 3 extents, a partial last one
 		"small": textData(2, 70<<10),
@@ -128,7 +128,7 @@ func TestCompressText(t *testing.T) {
 	if a.GetLayout().GetCompression().GetCodec() != mdspb.Codec_CODEC_ZSTD {
 		t.Errorf("file layout %v does not inherit the directory's compression", a.GetLayout())
 	}
-	for _, ref := range extentsOf(t, c, "/z/big") {
+	for _, ref := range extentsOf(t, cl, c, "/z/big") {
 		e := ref.GetExtent()
 		if e.GetLogicalLength() == 0 || len(e.GetCompressIndex()) == 0 || e.GetLength() >= e.GetLogicalLength() {
 			t.Errorf("extent %d: stored %d, logical %d, index %d bytes: not compressed", e.GetId(), e.GetLength(), e.GetLogicalLength(), len(e.GetCompressIndex()))
@@ -136,7 +136,7 @@ func TestCompressText(t *testing.T) {
 	}
 	// A file of one 4 KiB cell per data chunk saves nothing on the OSTs
 	// however well it compresses: stored raw.
-	for _, ref := range extentsOf(t, c, "/z/tiny") {
+	for _, ref := range extentsOf(t, cl, c, "/z/tiny") {
 		if ref.GetExtent().GetLogicalLength() != 0 {
 			t.Errorf("tiny file stored compressed")
 		}
@@ -153,7 +153,7 @@ func TestCompressText(t *testing.T) {
 	// Random bytes do not compress: stored raw, and marked so.
 	rnd := randBytes(4, 5<<20)
 	writeFile(t, c, "/z/random", rnd)
-	for _, ref := range extentsOf(t, c, "/z/random") {
+	for _, ref := range extentsOf(t, cl, c, "/z/random") {
 		if e := ref.GetExtent(); e.GetLogicalLength() != 0 || e.GetLength() != ref.GetLength() {
 			t.Errorf("random extent %d stored compressed (%d of %d)", e.GetId(), e.GetLength(), e.GetLogicalLength())
 		}
@@ -197,7 +197,7 @@ func TestCompressText(t *testing.T) {
 	if err != nil || res.Unchanged {
 		t.Fatalf("migrate: %+v, %v", res, err)
 	}
-	for _, ref := range extentsOf(t, c, "/raw/big") {
+	for _, ref := range extentsOf(t, cl, c, "/raw/big") {
 		if ref.GetExtent().GetLogicalLength() == 0 {
 			t.Errorf("migrated extent %d stored raw", ref.GetExtent().GetId())
 		}
@@ -209,14 +209,14 @@ func TestCompressText(t *testing.T) {
 	mustEqual(t, "migrated", got, files["big"])
 
 	// s2, set on a file with data: only the compression may change.
-	setCompress(t, c, "/z/big", &mdspb.Compression{Codec: mdspb.Codec_CODEC_S2})
+	setCompress(t, cl, c, "/z/big", &mdspb.Compression{Codec: mdspb.Codec_CODEC_S2})
 	a, _ = c.Stat(ctx, "/z/big")
-	if _, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: 2, M: 1, Unit: 1 << 20}}); !errors.Is(err, errs.ErrNotEmpty) {
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: 2, M: 1, Unit: 1 << 20}}); !errors.Is(err, errs.ErrNotEmpty) {
 		t.Errorf("reshaping a file with data: %v, want ErrNotEmpty", err)
 	}
 	// A bad attribute is refused.
 	a, _ = c.Stat(ctx, "/z")
-	if _, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20, Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD, Level: 40}}}); !errors.Is(err, errs.ErrInvalid) {
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20, Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD, Level: 40}}}); !errors.Is(err, errs.ErrInvalid) {
 		t.Errorf("zstd level 40: %v, want ErrInvalid", err)
 	}
 }
@@ -232,10 +232,10 @@ func TestCompressCorruptAndDegraded(t *testing.T) {
 	if err := c.Mkdir(ctx, "/z", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	setCompress(t, c, "/z", &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD})
+	setCompress(t, cl, c, "/z", &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD})
 	data := textData(5, 20<<20)
 	writeFile(t, c, "/z/c", data)
-	for _, ref := range extentsOf(t, c, "/z/c") {
+	for _, ref := range extentsOf(t, cl, c, "/z/c") {
 		if ref.GetExtent().GetLogicalLength() == 0 {
 			t.Fatal("extent not compressed")
 		}

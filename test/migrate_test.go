@@ -94,7 +94,7 @@ func TestAdminMigrate(t *testing.T) {
 		if l := a.GetLayout(); l.GetK() != to.K || l.GetM() != to.M || l.GetUnit() != to.Unit {
 			t.Fatalf("layout %v, want %v", l, to)
 		}
-		r, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+		r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestAdminMigrate(t *testing.T) {
 	}
 	tmp.Close(ctx)
 	ta, _ := c.Stat(ctx, "/.m.copy")
-	_, err = c.MDS().MigrateCommit(ctx, &mdspb.MigrateCommitRequest{SrcIno: a.GetIno(), TmpParent: 1, TmpName: []byte(".m.copy"), TmpIno: ta.GetIno(),
+	_, err = cl.MDSStub(c).MigrateCommit(ctx, &mdspb.MigrateCommitRequest{SrcIno: a.GetIno(), TmpParent: 1, TmpName: []byte(".m.copy"), TmpIno: ta.GetIno(),
 		ExpectSize: a.GetSize(), ExpectMtimeNs: a.GetMtimeNs() - 1, ExpectCtimeNs: a.GetCtimeNs()})
 	if !errors.Is(err, errs.ErrStale) {
 		t.Fatalf("commit of a stale copy: %v, want ErrStale", err)

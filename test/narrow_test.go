@@ -86,7 +86,7 @@ func listOsts(t *testing.T, stub mdspb.MdsClient) *mdspb.ListOstsReply {
 }
 
 // placements returns every extent of the files, as committed.
-func placements(t *testing.T, c *client.Client, files map[string][]byte) []*mdspb.Extent {
+func placements(t *testing.T, cl *cluster.Cluster, c *client.Client, files map[string][]byte) []*mdspb.Extent {
 	t.Helper()
 	ctx := context.Background()
 	var out []*mdspb.Extent
@@ -95,7 +95,7 @@ func placements(t *testing.T, c *client.Client, files map[string][]byte) []*mdsp
 		if err != nil {
 			t.Fatalf("stat %s: %v", p, err)
 		}
-		r, err := c.MDS().GetExtents(ctx, mdsGetExtents(a.GetIno()))
+		r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
 		if err != nil {
 			t.Fatalf("extents of %s: %v", p, err)
 		}
@@ -211,7 +211,7 @@ func testWritesWhileOSTsDown(t *testing.T, seed uint64) {
 	write("two down", 3)
 	verifyFiles(t, c, files)
 	narrow := listOsts(t, stub).GetNarrowExtents()
-	if got := narrowOf(t, placements(t, c, files)); got == 0 || narrow == 0 {
+	if got := narrowOf(t, placements(t, cl, c, files)); got == 0 || narrow == 0 {
 		t.Fatalf("%d narrow extents in the files, %d at the MDS: want some", got, narrow)
 	}
 	t.Logf("%d narrow extents", narrow)
@@ -239,7 +239,7 @@ func testWritesWhileOSTsDown(t *testing.T, seed uint64) {
 	back := time.Now()
 	deadline := back.Add(time.Minute)
 	for {
-		n := narrowOf(t, placements(t, c, files))
+		n := narrowOf(t, placements(t, cl, c, files))
 		left := listOsts(t, stub).GetNarrowExtents()
 		if n == 0 && left == 0 {
 			t.Logf("%d narrow extents widened %v after every OST was back", narrow, time.Since(back).Round(10*time.Millisecond))
@@ -250,7 +250,7 @@ func testWritesWhileOSTsDown(t *testing.T, seed uint64) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, e := range placements(t, c, files) {
+	for _, e := range placements(t, cl, c, files) {
 		if slices.Contains(e.GetOsts(), 0) || len(e.GetOsts()) != 6 {
 			t.Fatalf("extent %d not widened: %v", e.GetId(), e.GetOsts())
 		}
@@ -298,7 +298,7 @@ func TestWritesFullOST(t *testing.T) {
 		t.Fatalf("small OST holds %d bytes of chunks: want at most its capacity %d, and most of it", inf.GetUsed(), small)
 	}
 	verifyFiles(t, c, files)
-	if n := narrowOf(t, placements(t, c, files)); n == 0 {
+	if n := narrowOf(t, placements(t, cl, c, files)); n == 0 {
 		t.Fatal("no narrow extent: the small OST never filled")
 	}
 	waitFull := func(want int) *mdspb.ListOstsReply {

@@ -153,23 +153,23 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 
 	// Committing root's extents into its own file would give uid 1000 read
 	// capabilities for root's 0600 data.
-	ex, err := root.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: secret.GetIno()})
+	ex, err := cl.MDSStub(root).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: secret.GetIno()})
 	must(err)
 	if len(ex.GetExtents()) == 0 {
 		t.Fatal("/secret has no extents")
 	}
-	_, stealExtents := root.MDS().CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: mine.GetIno(), Extents: ex.GetExtents()})
-	_, commitPub := root.MDS().CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: pub.GetIno()})
+	_, stealExtents := cl.MDSStub(root).CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: mine.GetIno(), Extents: ex.GetExtents()})
+	_, commitPub := cl.MDSStub(root).CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: pub.GetIno()})
 	whole := []*mdspb.CloneRange{{Length: 0}}
-	_, cloneSecret := root.MDS().CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: secret.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
-	_, cloneIntoPub := root.MDS().CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: pub.GetIno(), Ranges: []*mdspb.CloneRange{{SrcOff: 0, DstOff: 100, Length: 1}}})
-	_, clonePub := root.MDS().CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
+	_, cloneSecret := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: secret.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
+	_, cloneIntoPub := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: pub.GetIno(), Ranges: []*mdspb.CloneRange{{SrcOff: 0, DstOff: 100, Length: 1}}})
+	_, clonePub := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
 	lo := &mdspb.Layout{K: 2, M: 1, Unit: 4096}
-	_, layoutDir := root.MDS().SetLayout(user, &mdspb.SetLayoutRequest{Ino: client.RootIno, Layout: lo})
-	_, layoutPub := root.MDS().SetLayout(user, &mdspb.SetLayoutRequest{Ino: pub.GetIno(), Layout: lo})
+	_, layoutDir := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: client.RootIno, Layout: lo})
+	_, layoutPub := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: pub.GetIno(), Layout: lo})
 	own, err := root.CreateIn(ctx, client.RootIno, "own-empty", 0o644, 1000, 1000, true)
 	must(err)
-	_, layoutOwn := root.MDS().SetLayout(user, &mdspb.SetLayoutRequest{Ino: own.GetIno(), Layout: lo})
+	_, layoutOwn := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: own.GetIno(), Layout: lo})
 
 	for _, c := range []check{
 		{"getxattr user.* of a 0600 file", getSecret, errs.ErrPermission, syscall.EACCES},

@@ -448,7 +448,7 @@ func raftStorm(t *testing.T, seed uint64) stormResult {
 		}
 		w.check(t, ctx, check, dirs[i])
 	}
-	fr, err := check.MDS().Fsck(ctx, &mdspb.FsckRequest{})
+	fr, err := cl.MDSStub(check).Fsck(ctx, &mdspb.FsckRequest{})
 	if err != nil {
 		t.Fatalf("fsck: %v", err)
 	}
@@ -537,7 +537,7 @@ func checkStorm(t *testing.T, cl *cluster.Cluster, workers []*stormWorker, dirs 
 		}
 		w.check(t, ctx, c, dirs[i])
 	}
-	fr, err := c.MDS().Fsck(ctx, &mdspb.FsckRequest{})
+	fr, err := cl.MDSStub(c).Fsck(ctx, &mdspb.FsckRequest{})
 	if err != nil {
 		t.Fatalf("fsck: %v", err)
 	}

@@ -83,7 +83,7 @@ func TestClientReportsCorruptChunk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exts, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
+	exts, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 	if err != nil || len(exts.Extents) < 2 {
 		t.Fatalf("extents: %v %v", exts, err)
 	}
@@ -150,7 +150,7 @@ func TestClientReportsCorruptChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	dismissed := metricValue(t, reg, "shoal_mds_admin_bad_chunks_dismissed_total")
-	_, err = c.MDS().ReportCorrupt(ctx, &mdspb.ReportCorruptRequest{Chunks: []*mdspb.BadChunk{
+	_, err = cl.MDSStub(c).ReportCorrupt(ctx, &mdspb.ReportCorruptRequest{Chunks: []*mdspb.BadChunk{
 		{Extent: healthy.Id, Index: 0, Ost: healthy.Osts[0], FromClient: true, Reason: "test: not really corrupt"},
 	}})
 	if err != nil {
@@ -222,7 +222,7 @@ func TestTruncatedChunkRepaired(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		exts, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
+		exts, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 		if err != nil || len(exts.Extents) == 0 {
 			t.Fatalf("extents of %s: %v %v", name, exts, err)
 		}
@@ -299,7 +299,7 @@ func TestTruncatedChunkRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exts, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
+	exts, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 	if err != nil {
 		t.Fatal(err)
 	}

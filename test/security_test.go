@@ -93,7 +93,7 @@ func TestSecurityTLS(t *testing.T) {
 
 // writeTestFile writes data to name in the root through c and returns
 // the file's extent map as the MDS gives it to c.
-func writeTestFile(t *testing.T, c *client.Client, name string, data []byte) *mdspb.GetExtentsReply {
+func writeTestFile(t *testing.T, cl *cluster.Cluster, c *client.Client, name string, data []byte) *mdspb.GetExtentsReply {
 	t.Helper()
 	ctx := context.Background()
 	f, _, err := c.CreateFileIn(ctx, client.RootIno, name, 0o644, 0, 0, true)
@@ -110,7 +110,7 @@ func writeTestFile(t *testing.T, c *client.Client, name string, data []byte) *md
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+	r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +129,8 @@ func TestSecurityCapabilities(t *testing.T) {
 	ctx := context.Background()
 	c := cl.Client()
 	data := bytes.Repeat([]byte("capability"), 5000)
-	a := writeTestFile(t, c, "a", data)
-	b := writeTestFile(t, c, "b", data)
+	a := writeTestFile(t, cl, c, "a", data)
+	b := writeTestFile(t, cl, c, "b", data)
 	// Reads through the client (gRPC chunk I/O) carry their capabilities.
 	f, err := c.OpenIno(ctx, a.GetAttr().GetIno())
 	if err != nil {
@@ -145,7 +145,7 @@ func TestSecurityCapabilities(t *testing.T) {
 	ext := a.GetExtents()[0].GetExtent()
 	// The placement names OST ids; find the address of the first.
 	var ostAddr string
-	infos, err := c.MDS().ListOsts(ctx, &mdspb.ListOstsRequest{})
+	infos, err := cl.MDSStub(c).ListOsts(ctx, &mdspb.ListOstsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestSecurityOSTRoles(t *testing.T) {
 	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout()})
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("roles"), 3000)
-	a := writeTestFile(t, cl.Client(), "a", data)
+	a := writeTestFile(t, cl, cl.Client(), "a", data)
 	ext := a.GetExtents()[0].GetExtent()
 	ostIdx := -1
 	for i := range 3 {
@@ -343,8 +343,8 @@ func TestSecurityDataPath(t *testing.T) {
 
 	// Through the client: chunk I/O goes over the TLS data path.
 	data := randBytes(11, 300_000+17)
-	a := writeTestFile(t, c, "a", data)
-	b := writeTestFile(t, c, "b", data[:5000])
+	a := writeTestFile(t, cl, c, "a", data)
+	b := writeTestFile(t, cl, c, "b", data[:5000])
 	f, err := cl.Client().OpenIno(ctx, a.GetAttr().GetIno()) // a new client: nothing cached
 	if err != nil {
 		t.Fatal(err)
@@ -484,7 +484,7 @@ func TestSecurityPermissions(t *testing.T) {
 	if _, err := root.MkdirIn(ctx, client.RootIno, "private", 0o700, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	a := writeTestFile(t, root, "secret", []byte("root only"))
+	a := writeTestFile(t, cl, root, "secret", []byte("root only"))
 	if _, err := root.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: a.GetAttr().GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o600}); err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestSecurityPermissions(t *testing.T) {
 	if _, err := root.Lookup(user, priv.GetIno(), "x"); !errors.Is(err, errs.ErrPermission) {
 		t.Errorf("uid 1000 lookup in a 0700 directory: %v", err)
 	}
-	r, err := root.MDS().GetExtents(user, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()})
+	r, err := cl.MDSStub(root).GetExtents(user, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()})
 	if err != nil || len(r.GetCaps()) != 0 {
 		t.Errorf("uid 1000 got %d capabilities for a 0600 file of root (err %v)", len(r.GetCaps()), err)
 	}
@@ -512,7 +512,8 @@ func TestSecurityPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sq, err := client.New(ctx, client.Options{MDS: cl.MDSAddr(), Creds: cr, User: &client.User{UID: 0, GID: 0}})
+	sqOpts := client.Options{MDS: cl.MDSAddr(), Creds: cr, User: &client.User{UID: 0, GID: 0}}
+	sq, err := client.New(ctx, sqOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,10 +521,10 @@ func TestSecurityPermissions(t *testing.T) {
 	if _, err := sq.Lookup(ctx, priv.GetIno(), "x"); !errors.Is(err, errs.ErrPermission) {
 		t.Errorf("squashed root lookup in a 0700 directory: %v", err)
 	}
-	if r, err := sq.MDS().GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()}); err != nil || len(r.GetCaps()) != 0 {
+	if r, err := cl.MDSStubWith(sqOpts).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()}); err != nil || len(r.GetCaps()) != 0 {
 		t.Errorf("squashed root got %d capabilities for a 0600 file (err %v)", len(r.GetCaps()), err)
 	}
-	if _, err := sq.MDS().Mkdir(ctx, &mdspb.CreateRequest{Parent: client.RootIno, Name: []byte("x"), Mode: 0o755}); !errors.Is(err, errs.ErrPermission) {
+	if _, err := cl.MDSStubWith(sqOpts).Mkdir(ctx, &mdspb.CreateRequest{Parent: client.RootIno, Name: []byte("x"), Mode: 0o755}); !errors.Is(err, errs.ErrPermission) {
 		t.Errorf("squashed root mkdir in a 0755 root directory: %v", err)
 	}
 	// Root of a trusted node may.

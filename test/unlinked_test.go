@@ -24,9 +24,9 @@ const gcGrace = 2 * time.Second
 
 // chunks returns the number of chunks the OSTs reported in their last
 // heartbeats.
-func chunks(t *testing.T, c *client.Client) uint64 {
+func chunks(t *testing.T, cl *cluster.Cluster, c *client.Client) uint64 {
 	t.Helper()
-	r, err := c.MDS().ListOsts(t.Context(), &mdspb.ListOstsRequest{})
+	r, err := cl.MDSStub(c).ListOsts(t.Context(), &mdspb.ListOstsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestUnlinkWhileOpen(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "chunks reported", func() bool { return chunks(t, c) > 0 })
+	eventually(t, 10*time.Second, "chunks reported", func() bool { return chunks(t, cl, c) > 0 })
 
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
@@ -134,7 +134,7 @@ func TestUnlinkWhileOpen(t *testing.T) {
 		_, err := c.GetAttr(t.Context(), ino)
 		return errors.Is(err, errs.ErrNotFound)
 	})
-	eventually(t, 20*time.Second, "chunks deleted after close", func() bool { return chunks(t, c) == 0 })
+	eventually(t, 20*time.Second, "chunks deleted after close", func() bool { return chunks(t, cl, c) == 0 })
 }
 
 // TestUnlinkOpenOnOtherMount: a file open on mount A and removed on mount

@@ -176,7 +176,7 @@ func TestPlanShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p2.whole || len(p2.writes) != 0 || p2.e.Shared != p2.e.Size || len(p2.ranges) != 1 || p2.ranges[0].Length != uint64(e.Size) {
+	if !p2.whole || len(p2.writes) != 0 || p2.e.Shared != p2.e.Size || len(p2.ranges) != 1 || p2.ranges[0].Length != e.Size {
 		t.Fatalf("unchanged shard: whole %v writes %d shared %d ranges %v", p2.whole, len(p2.writes), p2.e.Shared, p2.ranges)
 	}
 	if p2.e.Digest != e.Digest {

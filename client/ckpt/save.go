@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -356,7 +357,7 @@ type shardPlan struct {
 	whole  bool   // the whole file is the base's (one clone, no writes)
 	// ranges cloned from the base shard (coalesced); writes are the
 	// tensors (or the blob) not shared.
-	ranges []*mdspb.CloneRange
+	ranges []client.CloneRange
 	writes []write
 }
 
@@ -374,7 +375,7 @@ func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
 		if !noReuse && bs != nil && bs.Kind == KindBlob && bs.Size == p.e.Size && bs.Digest == p.e.Digest && p.e.Size > 0 {
 			p.whole = true
 			p.e.Shared = p.e.Size
-			p.ranges = []*mdspb.CloneRange{{SrcOff: 0, DstOff: 0, Length: uint64(p.e.Size)}}
+			p.ranges = []client.CloneRange{{SrcOff: 0, DstOff: 0, Length: p.e.Size}}
 			return p, nil
 		}
 		p.writes = []write{{0, sh.Blob}}
@@ -438,7 +439,7 @@ func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
 		// Same header, every tensor shared: the base's file as it is.
 		p.whole = true
 		p.e.Shared = p.e.Size
-		p.ranges = []*mdspb.CloneRange{{SrcOff: 0, DstOff: 0, Length: uint64(p.e.Size)}}
+		p.ranges = []client.CloneRange{{SrcOff: 0, DstOff: 0, Length: p.e.Size}}
 		p.writes = nil
 		return p, nil
 	}
@@ -447,13 +448,13 @@ func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
 	p.writes = append([]write{{0, hdr}}, p.writes...)
 	for _, sp := range spans {
 		if n := len(p.ranges); n > 0 {
-			last := p.ranges[n-1]
-			if int64(last.SrcOff+last.Length) == sp.src && int64(last.DstOff+last.Length) == sp.dst {
-				last.Length += uint64(sp.n)
+			last := &p.ranges[n-1]
+			if last.SrcOff+last.Length == sp.src && last.DstOff+last.Length == sp.dst {
+				last.Length += sp.n
 				continue
 			}
 		}
-		p.ranges = append(p.ranges, &mdspb.CloneRange{SrcOff: uint64(sp.src), DstOff: uint64(sp.dst), Length: uint64(sp.n)})
+		p.ranges = append(p.ranges, client.CloneRange{SrcOff: sp.src, DstOff: sp.dst, Length: sp.n})
 	}
 	return p, nil
 }
@@ -620,11 +621,10 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 
 // clone shares ranges of shard name of the base step (directory baseDir)
 // into file dst, in one MDS transaction.
-func (s *Store) clone(ctx context.Context, baseDir uint64, name string, dst uint64, ranges []*mdspb.CloneRange) error {
+func (s *Store) clone(ctx context.Context, baseDir uint64, name string, dst uint64, ranges []client.CloneRange) error {
 	src, err := s.c.Lookup(ctx, baseDir, name)
 	if err != nil {
 		return err
 	}
-	_, err = s.c.MDS().CloneExtents(ctx, &mdspb.CloneExtentsRequest{SrcIno: src.GetIno(), DstIno: dst, Ranges: ranges})
-	return err
+	return s.c.CloneRanges(ctx, src.GetIno(), dst, ranges)
 }

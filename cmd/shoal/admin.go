@@ -334,7 +334,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 	}, "", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, l *mdspb.Layout) error {
 		// A layout the OSTs cannot hold: refused unless --force
 		// (OSTs may be added later); narrow, said (issue 18).
-		refuse, narrow := fitErr(ctx, c.MDS(), l)
+		refuse, narrow := fitErr(ctx, c, l)
 		switch {
 		case refuse != nil && !force:
 			return fmt.Errorf("%w (--force sets it anyway)", refuse)
@@ -343,11 +343,11 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 		case narrow != nil:
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", narrow)
 		}
-		r, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: l})
+		na, err := c.SetLayout(ctx, a.GetIno(), l)
 		if err != nil {
 			return err
 		}
-		return printStripe(cmd.OutOrStdout(), af, stripeOf(path, r.GetAttr()))
+		return printStripe(cmd.OutOrStdout(), af, stripeOf(path, na))
 	})
 	cmd.Flags().BoolVar(&force, "force", false, "set a layout wider than the OSTs registered can hold (writes there fail until OSTs are added)")
 	return cmd

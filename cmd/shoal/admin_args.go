@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -117,14 +118,14 @@ func (lf *layoutFlags) layout(cmd *cobra.Command, cur *mdspb.Layout) (*mdspb.Lay
 // needs k+m distinct OSTs and fewer are registered (removed ones aside).
 // nil when it fits, or when the OSTs cannot be listed (the MDS then says
 // what is wrong at the first write).
-func widthErr(ctx context.Context, mds mdspb.MdsClient, l *mdspb.Layout) error {
-	r, err := mds.ListOsts(ctx, &mdspb.ListOstsRequest{})
+func widthErr(ctx context.Context, c *client.Client, l *mdspb.Layout) error {
+	r, err := c.ListOsts(ctx)
 	if err != nil {
 		return nil
 	}
 	n := 0
-	for _, o := range r.GetOsts() {
-		if o.GetState() != "removed" {
+	for _, o := range r.OSTs {
+		if o.State != "removed" {
 			n++
 		}
 	}
@@ -140,22 +141,22 @@ func widthErr(ctx context.Context, mds mdspb.MdsClient, l *mdspb.Layout) error {
 // place); narrow when its files would be written narrow and never
 // widened (fewer than k+m). Both nil when it fits or the OSTs cannot be
 // listed.
-func fitErr(ctx context.Context, mds mdspb.MdsClient, l *mdspb.Layout) (refuse, narrow error) {
-	r, err := mds.ListOsts(ctx, &mdspb.ListOstsRequest{})
+func fitErr(ctx context.Context, c *client.Client, l *mdspb.Layout) (refuse, narrow error) {
+	r, err := c.ListOsts(ctx)
 	if err != nil {
 		return nil, nil
 	}
 	n := 0
-	for _, o := range r.GetOsts() {
-		if o.GetState() != "removed" {
+	for _, o := range r.OSTs {
+		if o.State != "removed" {
 			n++
 		}
 	}
 	w := int(l.GetK() + l.GetM())
-	need := int(l.GetK() + min(r.GetMinParity(), l.GetM()))
+	need := int(l.GetK()) + min(r.MinParity, int(l.GetM()))
 	switch {
 	case need > n:
-		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there", l.GetK(), l.GetM(), need, r.GetMinParity(), n), nil
+		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there", l.GetK(), l.GetM(), need, r.MinParity, n), nil
 	case w > n:
 		return nil, fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts): its files are written narrow, with %d parity chunks, until there are enough", l.GetK(), l.GetM(), w, n, n-int(l.GetK()))
 	}

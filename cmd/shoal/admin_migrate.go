@@ -26,7 +26,7 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 			"(else the copy starts over, up to three times). Readers keep reading throughout; FILE keeps its inode, " +
 			"names, owner, mode, times and xattrs. The layout is checked before anything is copied. See docs/admin.md.",
 	}, " (default: the file's)", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, to *mdspb.Layout) error {
-		if err := widthErr(ctx, c.MDS(), to); err != nil {
+		if err := widthErr(ctx, c, to); err != nil {
 			return err
 		}
 		prog := newMigrateProgress(os.Stderr, a.GetSize(), !af.json && isTerminal(os.Stderr), af.json)

@@ -117,9 +117,15 @@ type Cluster struct {
 	members []*MDSMember // a replicated MDS (Options.MDSReplicas > 1)
 	osts    []*OST
 	clients []*client.Client
-	mounts  []unmounter
-	tls     *clusterTLS  // nil when Insecure
-	proxies *peerProxies // Options.MDSPeerProxy
+	// clientOpts are the options each client was made with; stubs the
+	// stub of MDSStub for each, and stubConns the connections of every
+	// stub (stub.go).
+	clientOpts map[*client.Client]client.Options
+	stubs      map[*client.Client]mdspb.MdsClient
+	stubConns  []*wire.GroupConn
+	mounts     []unmounter
+	tls        *clusterTLS  // nil when Insecure
+	proxies    *peerProxies // Options.MDSPeerProxy
 }
 
 // OST is one object storage target of the cluster.
@@ -385,6 +391,10 @@ func (c *Cluster) clientWith(o client.Options) *client.Client {
 	}
 	c.mu.Lock()
 	c.clients = append(c.clients, cl)
+	if c.clientOpts == nil {
+		c.clientOpts = map[*client.Client]client.Options{}
+	}
+	c.clientOpts[cl] = o
 	c.mu.Unlock()
 	return cl
 }
@@ -407,6 +417,7 @@ func (c *Cluster) unmountAll() {
 			c.t.Errorf("unmount: %v", err)
 		}
 	}
+	c.closeStubs()
 	for _, cl := range clients {
 		cl.Close()
 	}

@@ -282,8 +282,8 @@ func (r *runner) compressText(ctx context.Context, api *target, c *client.Client
 				return err
 			}
 			l := a.GetLayout()
-			if _, err := c.MDS().SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(),
-				Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD}}}); err != nil {
+			if _, err := c.SetLayout(ctx, a.GetIno(), &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(),
+				Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD}}); err != nil {
 				return err
 			}
 		}

@@ -27,7 +27,6 @@ import (
 	"github.com/shoalfs/shoal/gds"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/wire"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // Options configure a check.
@@ -378,10 +377,10 @@ func writeLocalFile(ctx context.Context, cl *client.Client, path string, h *safe
 func waitOSTs(ctx context.Context, cl *client.Client, want int) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r, err := cl.MDS().ListOsts(ctx, &mdspb.ListOstsRequest{})
+		l, err := cl.ListOsts(ctx)
 		up := 0
-		for _, o := range r.GetOsts() {
-			if o.GetUp() {
+		for _, o := range l.OSTs {
+			if o.Up {
 				up++
 			}
 		}
