@@ -50,13 +50,13 @@ func damaged(err error) bool {
 // naming a chunk that is no longer where they say are dropped; a client's
 // report is checked first (the chunk read again) and dropped when the
 // chunk reads back whole.
-func (s *Server) repairBad(ctx context.Context) error {
+func (w *adminWorker) repairBad(ctx context.Context) error {
 	type entry struct {
 		key []byte
 		b   *mdspb.BadChunk
 	}
 	var ents []entry
-	err := scan(s.db, []byte{prefixBad}, func(k, v []byte) (bool, error) {
+	err := w.scanKind(prefixBad, func(k, v []byte) (bool, error) {
 		b := &mdspb.BadChunk{}
 		if err := proto.Unmarshal(v, b); err != nil {
 			return false, fmt.Errorf("mds: decode bad chunk %x: %v: %w", k, err, errs.ErrCorrupt)
@@ -67,10 +67,10 @@ func (s *Server) repairBad(ctx context.Context) error {
 	if err != nil || len(ents) == 0 {
 		return err
 	}
-	ov := s.ostView()
-	now := s.o.Now()
+	ov := w.osts.ostView()
+	now := w.clock()
 	later := func(rk string, b *mdspb.BadChunk) {
-		s.admin.badRetry[rk] = badRetry{until: now.Add(10 * s.o.Admin.Interval), reported: b.ReportedNs}
+		w.badRetry[rk] = badRetry{until: now.Add(10 * w.o.Interval), reported: b.ReportedNs}
 	}
 	var firstErr error
 	for _, en := range ents {
@@ -79,16 +79,16 @@ func (s *Server) repairBad(ctx context.Context) error {
 		}
 		b := en.b
 		rk := string(en.key)
-		if r, ok := s.admin.badRetry[rk]; ok && r.reported == b.ReportedNs && now.Before(r.until) {
+		if r, ok := w.badRetry[rk]; ok && r.reported == b.ReportedNs && now.Before(r.until) {
 			continue
 		}
-		e, err := s.extentOf(b.Extent)
+		e, err := w.extents.extentOf(b.Extent)
 		if err != nil {
 			return err
 		}
 		drop := e == nil || int(b.Index) >= len(e.Osts) || e.Osts[b.Index] != b.Ost || ov.state[b.Ost] != ostActive
 		if drop {
-			s.admin.met.badDismissed.Inc()
+			w.met.badDismissed.Inc()
 		} else {
 			if !ov.up[b.Ost] {
 				continue // the OST is down: later, or repair moves it
@@ -97,39 +97,39 @@ func (s *Server) repairBad(ctx context.Context) error {
 				// A client's report: the OST checks the chunk's
 				// checksums again; a chunk that reads back whole was a
 				// passing fault (or a wrong report) and is kept.
-				_, err := s.readWholeChunk(ctx, e, int(b.Index))
+				_, err := readWholeChunk(ctx, w.chunks, e, int(b.Index))
 				switch {
 				case err == nil:
-					s.log.Info("admin: chunk reported by a client reads back whole; kept", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost)
-					s.admin.met.badDismissed.Inc()
-					delete(s.admin.badRetry, rk)
-					if err := s.update(func(t *txn) error { return t.b.Delete(en.key, nil) }); err != nil {
+					w.log.Info("admin: chunk reported by a client reads back whole; kept", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost)
+					w.met.badDismissed.Inc()
+					delete(w.badRetry, rk)
+					if err := w.records.writeRecords(nil, [][]byte{en.key}); err != nil {
 						return err
 					}
 					continue
 				case !damaged(err):
 					// Cannot tell now (the OST is busy or unreachable):
 					// later, and say so the first time.
-					if _, ok := s.admin.badRetry[rk]; !ok {
-						s.log.Warn("admin: cannot check a chunk a client reported bad; trying again later", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
+					if _, ok := w.badRetry[rk]; !ok {
+						w.log.Warn("admin: cannot check a chunk a client reported bad; trying again later", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
 					}
 					later(rk, b)
 					continue
 				}
 			}
-			if err := s.rebuildInPlace(ctx, e, int(b.Index), ov); err != nil {
-				s.log.Warn("admin: rebuild of bad chunk failed", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
+			if err := w.rebuildInPlace(ctx, e, int(b.Index), ov); err != nil {
+				w.log.Warn("admin: rebuild of bad chunk failed", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "err", err)
 				later(rk, b)
 				if firstErr == nil {
 					firstErr = err
 				}
 				continue
 			}
-			s.log.Info("admin: bad chunk rebuilt", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "reason", b.Reason)
-			s.admin.met.badRepaired.Inc()
+			w.log.Info("admin: bad chunk rebuilt", "extent", b.Extent, "chunk", b.Index, "ost", b.Ost, "reason", b.Reason)
+			w.met.badRepaired.Inc()
 		}
-		delete(s.admin.badRetry, rk)
-		if err := s.update(func(t *txn) error { return t.b.Delete(en.key, nil) }); err != nil {
+		delete(w.badRetry, rk)
+		if err := w.records.writeRecords(nil, [][]byte{en.key}); err != nil {
 			return err
 		}
 	}
@@ -138,23 +138,23 @@ func (s *Server) repairBad(ctx context.Context) error {
 
 // rebuildInPlace rebuilds chunk j of e from the others and rewrites it on
 // its own OST.
-func (s *Server) rebuildInPlace(ctx context.Context, e *mdspb.Extent, j int, ov ostView) error {
+func (w *adminWorker) rebuildInPlace(ctx context.Context, e *mdspb.Extent, j int, ov ostView) error {
 	avoid := map[uint32]bool{e.Osts[j]: true}
 	for id := range ov.infos {
 		if !ov.up[id] {
 			avoid[id] = true
 		}
 	}
-	got, err := s.rebuildChunks(ctx, e, []int{j}, avoid)
+	got, err := w.chunks.rebuildChunks(ctx, e, []int{j}, avoid)
 	if err != nil {
 		return err
 	}
-	s.admin.met.rebuilt.Add(1)
+	w.met.rebuilt.Add(1)
 	info := ov.infos[e.Osts[j]]
 	// The extent must still be placed so (this goroutine is the only one
 	// that changes placements, so it stays so until the write is done).
-	if err := s.ostDelete(ctx, info, []*ostpb.ChunkId{{Extent: e.Id, Index: uint32(j)}}); err != nil {
+	if err := w.chunks.deleteChunks(ctx, info, []*ostpb.ChunkId{{Extent: e.Id, Index: uint32(j)}}); err != nil {
 		return err
 	}
-	return s.writeVerified(ctx, e.Osts[j], e.Id, uint32(j), got[j])
+	return w.chunks.writeVerified(ctx, e.Osts[j], e.Id, uint32(j), got[j])
 }

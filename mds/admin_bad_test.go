@@ -154,7 +154,7 @@ func TestAutoRepairFailedNotRestarted(t *testing.T) {
 	var first *mdspb.AdminJob
 	for i := range 5 {
 		e.clock.Advance(time.Millisecond) // a job started again has a later StartedNs
-		if err := e.s.waitRound(ctx); err != nil {
+		if err := e.s.admin.waitRound(ctx); err != nil {
 			t.Fatal(err)
 		}
 		j, err := e.s.loadJob(JobRepair)

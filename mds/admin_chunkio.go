@@ -15,50 +15,94 @@ import (
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
 
-// Chunk I/O of the administration worker: its OST clients (from the
-// server's pool, ostpool.go), and chunk reads, verified writes and rebuilds from parity.
+// Chunk I/O of the background workers: calls to OSTs through the
+// server's one connection pool (ostpool.go), each bounded by a timeout;
+// chunk reads, verified writes and rebuilds from parity.
 
-// adminOst returns a client of OST id.
-func (s *Server) adminOst(id uint32) (ostpb.OstClient, error) {
-	var info *mdspb.OstInfo
-	for _, o := range s.listOsts() {
-		if o.Id == id {
-			info = o
-		}
-	}
+// chunkDeleter deletes chunks on an OST (the GC's only need).
+type chunkDeleter interface {
+	deleteChunks(ctx context.Context, info *mdspb.OstInfo, ids []*ostpb.ChunkId) error
+}
+
+// chunkMover is what the administration worker does to chunks on OSTs.
+type chunkMover interface {
+	chunkDeleter
+	// readChunk reads n bytes of a chunk, checksums verified by its OST.
+	readChunk(ctx context.Context, ost uint32, extent uint64, index uint32, n uint64) ([]byte, error)
+	// writeVerified writes a chunk (fsynced by its OST), reads it back
+	// and compares.
+	writeVerified(ctx context.Context, ost uint32, extent uint64, index uint32, data []byte) error
+	// rebuildChunks reconstructs chunks want of e from other chunks,
+	// reading none on an OST in avoid.
+	rebuildChunks(ctx context.Context, e *mdspb.Extent, want []int, avoid map[uint32]bool) (map[int][]byte, error)
+	// scrub starts (req.Start) or polls an OST's scrubber; asked says
+	// whether the call reached the OST (on an error, its scrubber's
+	// state is then unknown rather than absent).
+	scrub(ctx context.Context, ost uint32, req *ostpb.ScrubRequest) (st *ostpb.ScrubStatus, asked bool, err error)
+}
+
+// ostChunks is the chunkMover of the MDS: OST clients from the shared
+// pool, addresses from the OST table.
+type ostChunks struct {
+	pool    *ostPool
+	osts    ostDirectory
+	timeout time.Duration // of each call
+}
+
+func newOstChunks(pool *ostPool, osts ostDirectory, timeout time.Duration) *ostChunks {
+	return &ostChunks{pool: pool, osts: osts, timeout: timeout}
+}
+
+// client returns a client of OST id.
+func (c *ostChunks) client(id uint32) (ostpb.OstClient, error) {
+	info := c.osts.ostView().infos[id]
 	if info == nil {
 		return nil, fmt.Errorf("OST %d: %w", id, errs.ErrNotFound)
 	}
-	return s.ostPool.client(id, info.Addr)
+	return c.pool.client(id, info.Addr)
 }
 
-func (s *Server) ostDelete(ctx context.Context, info *mdspb.OstInfo, ids []*ostpb.ChunkId) error {
-	c, err := s.adminOst(info.Id)
+func (c *ostChunks) deleteChunks(ctx context.Context, info *mdspb.OstInfo, ids []*ostpb.ChunkId) error {
+	cl, err := c.pool.client(info.Id, info.Addr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	_, err = c.DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: ids})
+	_, err = cl.DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: ids})
 	if err != nil {
 		return fmt.Errorf("delete %d chunks on OST %d: %w", len(ids), info.Id, err)
 	}
 	return nil
 }
 
-// readWholeChunk reads chunk j of e from its OST (checksums verified there).
-func (s *Server) readWholeChunk(ctx context.Context, e *mdspb.Extent, j int) ([]byte, error) {
-	return s.readChunkFrom(ctx, e.Osts[j], e.Id, uint32(j), chunkLen(e))
+func (c *ostChunks) scrub(ctx context.Context, ost uint32, req *ostpb.ScrubRequest) (*ostpb.ScrubStatus, bool, error) {
+	cl, err := c.client(ost)
+	if err != nil {
+		return nil, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	st, err := cl.Scrub(ctx, req)
+	if err != nil {
+		return nil, true, fmt.Errorf("scrub OST %d: %w", ost, err)
+	}
+	return st, true, nil
 }
 
-func (s *Server) readChunkFrom(ctx context.Context, ost uint32, extent uint64, index uint32, n uint64) ([]byte, error) {
-	c, err := s.adminOst(ost)
+// readWholeChunk reads chunk j of e from its OST (checksums verified there).
+func readWholeChunk(ctx context.Context, c chunkMover, e *mdspb.Extent, j int) ([]byte, error) {
+	return c.readChunk(ctx, e.Osts[j], e.Id, uint32(j), chunkLen(e))
+}
+
+func (c *ostChunks) readChunk(ctx context.Context, ost uint32, extent uint64, index uint32, n uint64) ([]byte, error) {
+	cl, err := c.client(ost)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	r, err := c.ReadChunk(ctx, &ostpb.ReadChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Offset: 0, Length: n})
+	r, err := cl.ReadChunk(ctx, &ostpb.ReadChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Offset: 0, Length: n})
 	if err != nil {
 		return nil, fmt.Errorf("read chunk %d.%d on OST %d: %w", extent, index, ost, err)
 	}
@@ -68,20 +112,18 @@ func (s *Server) readChunkFrom(ctx context.Context, ost uint32, extent uint64, i
 	return r.GetData(), nil
 }
 
-// writeVerified writes a chunk to an OST (which fsyncs it before it
-// answers), reads it back and compares.
-func (s *Server) writeVerified(ctx context.Context, ost uint32, extent uint64, index uint32, data []byte) error {
-	c, err := s.adminOst(ost)
+func (c *ostChunks) writeVerified(ctx context.Context, ost uint32, extent uint64, index uint32, data []byte) error {
+	cl, err := c.client(ost)
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
-	_, err = c.WriteChunk(wctx, &ostpb.WriteChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Data: data})
+	wctx, cancel := context.WithTimeout(ctx, c.timeout)
+	_, err = cl.WriteChunk(wctx, &ostpb.WriteChunkRequest{Id: &ostpb.ChunkId{Extent: extent, Index: index}, Data: data})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("write chunk %d.%d to OST %d: %w", extent, index, ost, err)
 	}
-	back, err := s.readChunkFrom(ctx, ost, extent, index, uint64(len(data)))
+	back, err := c.readChunk(ctx, ost, extent, index, uint64(len(data)))
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
@@ -91,10 +133,9 @@ func (s *Server) writeVerified(ctx context.Context, ost uint32, extent uint64, i
 	return nil
 }
 
-// rebuildChunks reconstructs chunks want of e from other chunks, reading
-// none on an OST in avoid nor any chunk in want. It reads k chunks (data
-// chunks first) and more when some fail.
-func (s *Server) rebuildChunks(ctx context.Context, e *mdspb.Extent, want []int, avoid map[uint32]bool) (map[int][]byte, error) {
+// rebuildChunks reads none on an OST in avoid nor any chunk in want. It
+// reads k chunks (data chunks first) and more when some fail.
+func (c *ostChunks) rebuildChunks(ctx context.Context, e *mdspb.Extent, want []int, avoid map[uint32]bool) (map[int][]byte, error) {
 	lo := layoutOfExtent(e)
 	coder, err := erasure.New(lo)
 	if err != nil {
@@ -108,7 +149,7 @@ func (s *Server) rebuildChunks(ctx context.Context, e *mdspb.Extent, want []int,
 		if slices.Contains(want, j) || avoid[e.Osts[j]] {
 			continue
 		}
-		b, err := s.readChunkFrom(ctx, e.Osts[j], e.Id, uint32(j), n)
+		b, err := c.readChunk(ctx, e.Osts[j], e.Id, uint32(j), n)
 		if err != nil {
 			errsRead = append(errsRead, err)
 			continue

@@ -250,12 +250,12 @@ func (s *Server) handleFsck(ctx context.Context, req *mdspb.FsckRequest) (_ *mds
 			if err != nil {
 				return nil, err
 			}
-			if err := s.waitRound(ctx); err != nil {
+			if err := s.admin.waitRound(ctx); err != nil {
 				return nil, err
 			}
 		}
 		if repairLost {
-			if _, err := s.startJob(&mdspb.StartJobRequest{Kind: JobRepair}); err != nil {
+			if _, err := s.admin.startJob(&mdspb.StartJobRequest{Kind: JobRepair}); err != nil {
 				return nil, err
 			}
 		}
@@ -303,21 +303,10 @@ func (s *Server) handleRunGC(ctx context.Context, req *mdspb.GCRequest) (_ *mdsp
 	if err != nil {
 		return nil, err
 	}
-	reply := make(chan error, 1)
-	select {
-	case s.gc.kick <- reply:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case err = <-reply:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if err != nil {
+	if err := s.gc.runNow(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.waitRound(ctx); err != nil {
+	if err := s.admin.waitRound(ctx); err != nil {
 		return nil, err
 	}
 	after, err := s.gcCounts()

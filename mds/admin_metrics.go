@@ -39,9 +39,9 @@ type adminMetrics struct {
 	lastDegraded time.Time // worker goroutine only: last full count
 }
 
-// newAdminMetrics makes the worker's metrics, sets s.admin.met and returns
-// the collectors for newMetrics to register.
-func newAdminMetrics(s *Server) []prometheus.Collector {
+// newAdminMetrics makes the worker's metrics and returns them with the
+// collectors for newMetrics to register.
+func newAdminMetrics(s *Server) (*adminMetrics, []prometheus.Collector) {
 	m := &adminMetrics{
 		movedChunks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_mds_admin_moved_chunks_total",
@@ -84,8 +84,7 @@ func newAdminMetrics(s *Server) []prometheus.Collector {
 			Help: "Bad chunks waiting for their rebuild.",
 		}),
 	}
-	s.admin.met = m
-	return []prometheus.Collector{m.movedChunks, m.movedBytes, m.moveFailures, m.rebuilt,
+	return m, []prometheus.Collector{m.movedChunks, m.movedBytes, m.moveFailures, m.rebuilt,
 		m.badReported, m.badRepaired, m.badDismissed, m.degraded, m.lost, m.badQueued, jobsCollector{s}}
 }
 
@@ -105,11 +104,11 @@ func (m *adminMetrics) moveFailed(kind string, chunks uint64) {
 // countDegraded updates the degraded, unreadable and queued gauges. With
 // every OST up and active it only counts the bad-chunk queue; otherwise it
 // scans the committed extents, at most every degradedEvery (force: now).
-func (s *Server) countDegraded(force bool) error {
-	m := s.admin.met
+func (w *adminWorker) countDegraded(force bool) error {
+	m := w.met
 	bad := map[uint64]bool{}
 	queued := 0
-	err := scan(s.db, []byte{prefixBad}, func(k, v []byte) (bool, error) {
+	err := w.scanKind(prefixBad, func(k, v []byte) (bool, error) {
 		if len(k) != 13 {
 			return false, errCorruptKey("bad chunk", k)
 		}
@@ -121,7 +120,7 @@ func (s *Server) countDegraded(force bool) error {
 		return err
 	}
 	m.badQueued.Set(float64(queued))
-	ov := s.ostView()
+	ov := w.osts.ostView()
 	gone := map[uint32]bool{}
 	for id := range ov.infos {
 		if !ov.up[id] || ov.state[id] == ostRemoved {
@@ -134,17 +133,13 @@ func (s *Server) countDegraded(force bool) error {
 		m.lastDegraded = time.Time{}
 		return nil
 	}
-	now := s.o.Now()
+	now := w.clock()
 	if !force && now.Sub(m.lastDegraded) < degradedEvery {
 		return nil
 	}
 	m.lastDegraded = now
 	degraded, lost := 0, 0
-	err = scan(s.db, []byte{prefixRef}, func(k, v []byte) (bool, error) {
-		e, err := decodeExtentValue(k, v)
-		if err != nil {
-			return false, err
-		}
+	err = w.extents.eachExtent(func(e *mdspb.Extent) (bool, error) {
 		n := 0
 		for _, o := range e.GetOsts() {
 			if gone[o] {

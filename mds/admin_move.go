@@ -2,10 +2,7 @@ package mds
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -18,25 +15,13 @@ import (
 // switch transaction, settling interrupted moves, and retiring old
 // copies after their grace.
 
-// mapKeysOf finds the extent-map entries naming the moved extents, with
-// one scan of the "m" keys.
-func (s *Server) mapKeysOf(moves []chunkMove) (map[uint64][][]byte, error) {
-	want := make(map[uint64]bool, len(moves))
+// extentIDs is the set of extents moves move chunks of.
+func extentIDs(moves []chunkMove) map[uint64]bool {
+	ids := make(map[uint64]bool, len(moves))
 	for _, m := range moves {
-		want[m.extent] = true
+		ids[m.extent] = true
 	}
-	out := make(map[uint64][][]byte)
-	err := scan(s.db, []byte{prefixMap}, func(k, v []byte) (bool, error) {
-		r, err := readRef(k, v)
-		if err != nil {
-			return false, err
-		}
-		if id := r.GetExtent().GetId(); want[id] {
-			out[id] = append(out[id], append([]byte(nil), k...))
-		}
-		return true, nil
-	})
-	return out, err
+	return ids
 }
 
 // movedExtent is an extent whose moved chunks are written and verified on
@@ -50,33 +35,24 @@ type movedExtent struct {
 // copyChunks does steps 1 to 3 of a move for the chunks of one extent:
 // intent records, then each chunk read (or rebuilt) and written to its
 // destination, read back and compared.
-func (s *Server) copyChunks(ctx context.Context, kind string, e *mdspb.Extent, moves []chunkMove, unreadable map[uint32]bool) (movedExtent, error) {
-	now := s.now()
-	err := s.update(func(t *txn) error {
-		for _, m := range moves {
-			v, err := proto.Marshal(&mdspb.MoveRecord{Extent: m.extent, Index: m.index, From: m.from, To: m.to, Kind: kind, StartedNs: now})
-			if err != nil {
-				return err
-			}
-			if err := t.b.Set(moveKey(m.extent, m.index), v, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+func (w *adminWorker) copyChunks(ctx context.Context, kind string, e *mdspb.Extent, moves []chunkMove, unreadable map[uint32]bool) (movedExtent, error) {
+	recs := make([]*mdspb.MoveRecord, len(moves))
+	for i, m := range moves {
+		recs[i] = &mdspb.MoveRecord{Extent: m.extent, Index: m.index, From: m.from, To: m.to, Kind: kind}
+	}
+	if err := w.recordMoves(recs); err != nil {
 		return movedExtent{}, err
 	}
 	data := make(map[uint32][]byte, len(moves))
 	var rebuild []int
 	for _, m := range moves {
 		if !unreadable[m.from] {
-			b, err := s.readWholeChunk(ctx, e, int(m.index))
+			b, err := readWholeChunk(ctx, w.chunks, e, int(m.index))
 			if err == nil {
 				data[m.index] = b
 				continue
 			}
-			s.log.Info("admin: source chunk unreadable; rebuilding it", "extent", e.Id, "chunk", m.index, "ost", m.from, "err", err)
+			w.log.Info("admin: source chunk unreadable; rebuilding it", "extent", e.Id, "chunk", m.index, "ost", m.from, "err", err)
 		}
 		rebuild = append(rebuild, int(m.index))
 	}
@@ -85,11 +61,11 @@ func (s *Server) copyChunks(ctx context.Context, kind string, e *mdspb.Extent, m
 		for id := range unreadable {
 			avoid[id] = true
 		}
-		got, err := s.rebuildChunks(ctx, e, rebuild, avoid)
+		got, err := w.chunks.rebuildChunks(ctx, e, rebuild, avoid)
 		if err != nil {
 			return movedExtent{}, err
 		}
-		s.admin.met.rebuilt.Add(float64(len(rebuild)))
+		w.met.rebuilt.Add(float64(len(rebuild)))
 		for j, b := range got {
 			data[uint32(j)] = b
 		}
@@ -97,7 +73,7 @@ func (s *Server) copyChunks(ctx context.Context, kind string, e *mdspb.Extent, m
 	out := movedExtent{old: e, moves: moves}
 	for _, m := range moves {
 		b := data[m.index]
-		if err := s.writeVerified(ctx, m.to, e.Id, m.index, b); err != nil {
+		if err := w.chunks.writeVerified(ctx, m.to, e.Id, m.index, b); err != nil {
 			return movedExtent{}, err
 		}
 		out.bytes += uint64(len(b))
@@ -105,142 +81,71 @@ func (s *Server) copyChunks(ctx context.Context, kind string, e *mdspb.Extent, m
 	return out, nil
 }
 
-// switchPlacements does step 4 for the extents of one batch, in one
+// recordMoves writes the MoveRecords of moves about to start (step 1),
+// dated now, in one transaction.
+func (w *adminWorker) recordMoves(recs []*mdspb.MoveRecord) error {
+	now := w.now()
+	set := make([]record, len(recs))
+	for i, r := range recs {
+		r.StartedNs = now
+		v, err := proto.Marshal(r)
+		if err != nil {
+			return err
+		}
+		set[i] = record{moveKey(r.Extent, r.Index), v}
+	}
+	return w.records.writeRecords(set, nil)
+}
+
+// switchMoved does step 4 for the extents of one batch, in one
 // transaction. An extent whose placement or map entries changed since the
 // plan is skipped: its MoveRecords stay, and finishMoves undoes them. It
 // returns the chunks and bytes switched.
-func (s *Server) switchPlacements(ready []movedExtent, keys map[uint64][][]byte) (chunks, nbytes uint64, err error) {
+func (w *adminWorker) switchMoved(ready []movedExtent, keys map[uint64][][]byte) (chunks, nbytes uint64, err error) {
 	if len(ready) == 0 {
 		return 0, 0, nil
 	}
-	err = s.update(func(t *txn) error {
-		chunks, nbytes = 0, 0
-		for _, me := range ready {
-			ok, err := t.switchPlacement(me, keys[me.old.Id], s.o.Admin.RetireGrace)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				s.log.Info("admin: extent changed during its move; retried later", "extent", me.old.Id)
-				continue
-			}
-			chunks += uint64(len(me.moves))
-			nbytes += me.bytes
-		}
-		return nil
-	})
-	return chunks, nbytes, err
-}
-
-// switchPlacement switches one extent in t; false if it changed.
-func (t *txn) switchPlacement(me movedExtent, keys [][]byte, grace time.Duration) (bool, error) {
-	id := me.old.Id
-	ok, err := t.replacePlacement(me.old, keys, "move", func(osts []uint32) {
-		for _, m := range me.moves {
-			osts[m.index] = m.to
-		}
-	})
-	if !ok || err != nil {
-		return false, err
+	sw := make([]placementSwitch, len(ready))
+	for i, me := range ready {
+		sw[i] = moveSwitch(me, keys[me.old.Id], w.now()+int64(w.o.RetireGrace))
 	}
-	for _, m := range me.moves {
-		if err := t.b.Delete(moveKey(id, m.index), nil); err != nil {
-			return false, err
-		}
-		if err := t.b.Set(retireKey(t.now+int64(grace), id, m.index), u32(nil, m.from), nil); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-// replacePlacement gives extent old the placement change makes of a copy
-// of its own, in t: its "r" record and every extent-map entry naming it,
-// which must all be among keys. It reports false, changing nothing, when
-// the extent is no longer referenced, its placement is no longer old's,
-// or an entry naming it is not among keys (added since they were found):
-// the caller tries again later. what names the change in errors.
-func (t *txn) replacePlacement(old *mdspb.Extent, keys [][]byte, what string, change func(osts []uint32)) (bool, error) {
-	id := old.Id
-	v, err := getValue(t.b, refKey(id))
-	if errors.Is(err, errs.ErrNotFound) {
-		return false, nil // no longer referenced: GC has it
-	}
+	ok, err := w.extents.switchPlacements(sw)
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	count, body, err := decodePrefixed(v)
-	if err != nil {
-		return false, err
-	}
-	cur := &mdspb.Extent{}
-	if err := proto.Unmarshal(body, cur); err != nil {
-		return false, fmt.Errorf("mds: decode extent %d: %v: %w", id, err, errs.ErrCorrupt)
-	}
-	if !slices.Equal(cur.Osts, old.Osts) {
-		return false, nil
-	}
-	newOsts := slices.Clone(cur.Osts)
-	change(newOsts)
-	seen := map[uint32]bool{}
-	for _, o := range newOsts {
-		if o != 0 && seen[o] { // 0: a narrow extent's unplaced slot (narrow.go)
-			return false, fmt.Errorf("mds: %s of extent %d would put two chunks on OST %d: %w", what, id, o, errs.ErrInvalid)
-		}
-		seen[o] = true
-	}
-	type hit struct {
-		key []byte
-		ref *mdspb.ExtentRef
-	}
-	var hits []hit
-	for _, k := range keys {
-		v, err := getValue(t.b, k)
-		if errors.Is(err, errs.ErrNotFound) {
+	for i, me := range ready {
+		if !ok[i] {
+			w.log.Info("admin: extent changed during its move; retried later", "extent", me.old.Id)
 			continue
 		}
-		if err != nil {
-			return false, err
-		}
-		r, err := readRef(k, v)
-		if err != nil {
-			return false, err
-		}
-		if r.Extent.GetId() == id {
-			hits = append(hits, hit{k, r})
-		}
+		chunks += uint64(len(me.moves))
+		nbytes += me.bytes
 	}
-	if uint64(len(hits)) != count {
-		return false, nil
+	return chunks, nbytes, nil
+}
+
+// moveSwitch is the switch of one moved extent: its MoveRecords dropped,
+// and its old copies queued for deletion at retireAt.
+func moveSwitch(me movedExtent, keys [][]byte, retireAt int64) placementSwitch {
+	p := placementSwitch{old: me.old, keys: keys, to: map[int]uint32{}, what: "move"}
+	for _, m := range me.moves {
+		p.to[int(m.index)] = m.to
+		p.del = append(p.del, moveKey(me.old.Id, m.index))
+		p.set = append(p.set, record{retireKey(retireAt, me.old.Id, m.index), u32(nil, m.from)})
 	}
-	cur.Osts = newOsts
-	for _, h := range hits {
-		h.ref.Extent = cur
-		v, err := proto.Marshal(h.ref)
-		if err != nil {
-			return false, err
-		}
-		if err := t.b.Set(h.key, v, nil); err != nil {
-			return false, err
-		}
-	}
-	nv, err := proto.Marshal(cur)
-	if err != nil {
-		return false, err
-	}
-	return true, t.b.Set(refKey(id), encodePrefixed(count, nv), nil)
+	return p
 }
 
 // finishMoves settles MoveRecords left by an interrupted or refused move:
 // switched ones are dropped; the others have their destination copy
 // deleted first (it is referenced by nothing).
-func (s *Server) finishMoves(ctx context.Context) error {
+func (w *adminWorker) finishMoves(ctx context.Context) error {
 	type rec struct {
 		key []byte
 		m   *mdspb.MoveRecord
 	}
 	var recs []rec
-	err := scan(s.db, []byte{prefixMove}, func(k, v []byte) (bool, error) {
+	err := w.scanKind(prefixMove, func(k, v []byte) (bool, error) {
 		m := &mdspb.MoveRecord{}
 		if err := proto.Unmarshal(v, m); err != nil {
 			return false, fmt.Errorf("mds: decode move %x: %v: %w", k, err, errs.ErrCorrupt)
@@ -251,10 +156,10 @@ func (s *Server) finishMoves(ctx context.Context) error {
 	if err != nil || len(recs) == 0 {
 		return err
 	}
-	ov := s.ostView()
+	ov := w.osts.ostView()
 	var firstErr error
 	for _, r := range recs {
-		e, err := s.extentOf(r.m.Extent)
+		e, err := w.extents.extentOf(r.m.Extent)
 		if err != nil {
 			return err
 		}
@@ -266,7 +171,7 @@ func (s *Server) finishMoves(ctx context.Context) error {
 			case !ov.up[r.m.To]:
 				continue // later, when it is back
 			default:
-				err := s.ostDelete(ctx, info, []*ostpb.ChunkId{{Extent: r.m.Extent, Index: r.m.Index}})
+				err := w.chunks.deleteChunks(ctx, info, []*ostpb.ChunkId{{Extent: r.m.Extent, Index: r.m.Index}})
 				if err != nil {
 					if firstErr == nil {
 						firstErr = err
@@ -275,27 +180,15 @@ func (s *Server) finishMoves(ctx context.Context) error {
 				}
 			}
 		}
-		if err := s.update(func(t *txn) error { return t.b.Delete(r.key, nil) }); err != nil {
+		if err := w.records.writeRecords(nil, [][]byte{r.key}); err != nil {
 			return err
 		}
 	}
 	return firstErr
 }
 
-// extentOf returns committed extent id, or nil when it is not committed.
-func (s *Server) extentOf(id uint64) (*mdspb.Extent, error) {
-	v, err := getValue(s.db, refKey(id))
-	if errors.Is(err, errs.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decodeExtentValue(refKey(id), v)
-}
-
 // retireRound deletes the old copies of moved chunks whose grace is over.
-func (s *Server) retireRound(ctx context.Context) error {
+func (w *adminWorker) retireRound(ctx context.Context) error {
 	type entry struct {
 		key    []byte
 		extent uint64
@@ -303,7 +196,7 @@ func (s *Server) retireRound(ctx context.Context) error {
 		ost    uint32
 	}
 	var due []entry
-	err := scanRange(s.db, []byte{prefixRetire}, retireKey(s.now()+1, 0, 0), func(k, v []byte) (bool, error) {
+	err := w.records.scanRecords([]byte{prefixRetire}, retireKey(w.now()+1, 0, 0), func(k, v []byte) (bool, error) {
 		_, ext, idx, err := decodeRetireKey(k)
 		if err != nil {
 			return false, err
@@ -317,11 +210,11 @@ func (s *Server) retireRound(ctx context.Context) error {
 	if err != nil || len(due) == 0 {
 		return err
 	}
-	ov := s.ostView()
+	ov := w.osts.ostView()
 	byOst := map[uint32][]entry{}
 	var drop [][]byte
 	for _, d := range due {
-		e, err := s.extentOf(d.extent)
+		e, err := w.extents.extentOf(d.extent)
 		if err != nil {
 			return err
 		}
@@ -343,7 +236,7 @@ func (s *Server) retireRound(ctx context.Context) error {
 		for i, d := range ents {
 			ids[i] = &ostpb.ChunkId{Extent: d.extent, Index: d.index}
 		}
-		if err := s.ostDelete(ctx, ov.infos[id], ids); err != nil {
+		if err := w.chunks.deleteChunks(ctx, ov.infos[id], ids); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -354,15 +247,7 @@ func (s *Server) retireRound(ctx context.Context) error {
 		}
 	}
 	if len(drop) > 0 {
-		err := s.update(func(t *txn) error {
-			for _, k := range drop {
-				if err := t.b.Delete(k, nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := w.records.writeRecords(nil, drop); err != nil {
 			return err
 		}
 	}

@@ -116,41 +116,17 @@ func (s *Server) handleSetOstState(ctx context.Context, req *mdspb.SetOstStateRe
 	s.osts.mu.Unlock()
 	s.log.InfoContext(ctx, "ost state changed", "ost", id, "state", req.GetState())
 	if st == ostDraining {
-		if _, err := s.startJob(&mdspb.StartJobRequest{Kind: JobDrain}); err != nil {
+		if _, err := s.admin.startJob(&mdspb.StartJobRequest{Kind: JobDrain}); err != nil {
 			return nil, err
 		}
 	}
-	s.kickAdmin()
+	s.admin.kickRound()
 	for _, o := range s.listOsts() {
 		if o.Id == id {
 			return o, nil
 		}
 	}
 	return nil, fmt.Errorf("OST %d: %w", id, errs.ErrNotFound)
-}
-
-// extentsOn counts the committed and pending extents with a chunk on OST id.
-func (s *Server) extentsOn(id uint32) (int, error) {
-	n := 0
-	err := s.snapshot(func(r reader) error {
-		for _, p := range []byte{prefixRef, prefixPending} {
-			err := scan(r, []byte{p}, func(k, v []byte) (bool, error) {
-				e, err := decodeExtentValue(k, v)
-				if err != nil {
-					return false, err
-				}
-				if contains(e.GetOsts(), id) {
-					n++
-				}
-				return true, nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return n, err
 }
 
 // decodeExtentValue decodes the value of an "r" or "p" key.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -15,13 +14,13 @@ import (
 // from the committed extents, move in batches, end or say why they wait.
 
 // runPass plans and runs one pass of a repair, drain or rebalance job.
-func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
+func (w *adminWorker) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 	kind := job.Kind
 	if job.Passes == 0 {
-		s.admin.stalled[kind] = 0
+		w.stalled[kind] = 0
 	}
-	ov := s.ostView()
-	exts, view, err := s.committedExtents()
+	ov := w.osts.ostView()
+	exts, view, err := committedExtents(w.extents)
 	if err != nil {
 		return err
 	}
@@ -31,10 +30,10 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 	stuck := 0        // chunks with no OST to go to
 	pending := 0      // allocations not yet committed on draining OSTs
 	waiting := ""     // why the job cannot progress until the cluster changes
-	unreadable := s.unreadable(ov, job)
+	unreadable := unreadableOsts(ov)
 	switch kind {
 	case JobRepair:
-		lostSet := s.lostSet(ov, job)
+		lostSet := w.lostSet(ov, job)
 		for id := range lostSet {
 			delete(pv.dest, id)
 		}
@@ -59,7 +58,7 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			// Done only when no pending allocation still targets a
 			// draining OST (it may yet be committed).
 			for id := range drain {
-				if n, err := s.pendingOn(id); err != nil {
+				if n, err := w.extents.pendingOn(id); err != nil {
 					return err
 				} else if n > 0 {
 					pending += n
@@ -78,7 +77,7 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			// wait (repair or remove a dead OST first).
 			slices.Sort(down)
 			waiting = fmt.Sprintf("OSTs %v are down: a plan without them would be wrong once they are back (repair or remove them)", down)
-			_, err := s.updateJob(kind, func(j *mdspb.AdminJob) { s.setWaiting(j, waiting) })
+			_, err := w.jobs.updateJob(kind, func(j *mdspb.AdminJob) { w.setWaiting(j, waiting) })
 			return err
 		}
 		thr := job.GetParams().GetThresholdPct()
@@ -91,10 +90,10 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 	for _, m := range moves {
 		bytesPlanned += m.bytes
 	}
-	job, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
+	job, err = w.jobs.updateJob(kind, func(j *mdspb.AdminJob) {
 		j.PlannedChunks, j.PlannedBytes, j.LostExtents = uint64(len(moves)), bytesPlanned, uint64(len(lost))
 		j.DamagedExtents = firstIDs(lost, maxDamagedExtents)
-		s.setWaiting(j, waiting)
+		w.setWaiting(j, waiting)
 		if strings.HasPrefix(j.Error, "waiting") {
 			j.Error = "" // written by an MDS before job.waiting
 		}
@@ -102,7 +101,7 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			j.Error = fmt.Sprintf("%d allocations on draining OSTs not yet committed: waiting for their writers", pending)
 		}
 		if len(moves) == 0 && stuck == 0 && pending == 0 && j.State == JobRunning {
-			j.State, j.FinishedNs = JobDone, s.now()
+			j.State, j.FinishedNs = JobDone, w.now()
 			if len(lost) > 0 {
 				j.State = JobFailed
 				j.Error = fmt.Sprintf("%d extents have more than m chunks unreadable and cannot be rebuilt", len(lost))
@@ -111,7 +110,7 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 	})
 	if err != nil || job.State != JobRunning {
 		if err == nil {
-			s.log.Info("admin job finished", "job", kind, "state", job.State, "chunks", job.DoneChunks, "bytes", job.DoneBytes, "err", job.Error)
+			w.log.Info("admin job finished", "job", kind, "state", job.State, "chunks", job.DoneChunks, "bytes", job.DoneBytes, "err", job.Error)
 		}
 		return err
 	}
@@ -119,46 +118,40 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 		// Waiting (pending allocations, or no destination yet).
 		return nil
 	}
-	s.log.Info("admin pass", "job", kind, "moves", len(moves), "bytes", bytesPlanned)
-	keys, err := s.mapKeysOf(moves)
+	w.log.Info("admin pass", "job", kind, "moves", len(moves), "bytes", bytesPlanned)
+	keys, err := w.extents.mapKeysOf(extentIDs(moves))
 	if err != nil {
 		return err
 	}
 	groups := groupMoves(moves)
 	bw := job.GetParams().GetMaxBandwidth()
 	if bw == 0 && kind == JobRebalance {
-		bw = s.o.Admin.RebalanceBandwidth
+		bw = w.o.RebalanceBandwidth
 	}
 	p := newRate(bw)
 	progress := false
-	for i := 0; i < len(groups); i += s.o.Admin.BatchExtents {
+	for i := 0; i < len(groups); i += w.o.BatchExtents {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if cur, err := s.loadJob(kind); err != nil {
+		if cur, err := w.jobs.loadJob(kind); err != nil {
 			return err
 		} else if cur.State != JobRunning {
 			return nil // stopped
 		}
-		batch := groups[i:min(i+s.o.Admin.BatchExtents, len(groups))]
+		batch := groups[i:min(i+w.o.BatchExtents, len(groups))]
 		// Copy the batch's extents, Concurrency at a time; results
 		// keep the batch's order.
 		results := make([]movedExtent, len(batch))
 		copyErrs := make([]error, len(batch))
-		sem := make(chan struct{}, s.o.Admin.Concurrency)
-		var wg sync.WaitGroup
-		for gi, g := range batch {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				me, err := s.copyChunks(ctx, kind, exts[g[0].extent], g, unreadable)
-				results[gi], copyErrs[gi] = me, err
-				if err == nil {
-					p.wait(ctx, me.bytes)
-				}
-			})
-		}
-		wg.Wait()
+		inParallel(len(batch), w.o.Concurrency, func(gi int) {
+			g := batch[gi]
+			me, err := w.copyChunks(ctx, kind, exts[g[0].extent], g, unreadable)
+			results[gi], copyErrs[gi] = me, err
+			if err == nil {
+				p.wait(ctx, me.bytes)
+			}
+		})
 		var ready []movedExtent
 		var failed uint64
 		var lastErr error
@@ -166,21 +159,21 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			if err := copyErrs[gi]; err != nil {
 				failed += uint64(len(g))
 				lastErr = err
-				s.log.Warn("admin: move failed", "job", kind, "extent", g[0].extent, "err", err)
+				w.log.Warn("admin: move failed", "job", kind, "extent", g[0].extent, "err", err)
 				continue
 			}
 			ready = append(ready, results[gi])
 		}
-		s.admin.met.moveFailed(kind, failed)
-		n, b, err := s.switchPlacements(ready, keys)
+		w.met.moveFailed(kind, failed)
+		n, b, err := w.switchMoved(ready, keys)
 		if err != nil {
 			return err
 		}
-		s.admin.met.moved(kind, n, b)
+		w.met.moved(kind, n, b)
 		if n > 0 {
 			progress = true
 		}
-		_, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
+		_, err = w.jobs.updateJob(kind, func(j *mdspb.AdminJob) {
 			j.DoneChunks += n
 			j.DoneBytes += b
 			j.FailedChunks += failed
@@ -192,16 +185,15 @@ func (s *Server) runPass(ctx context.Context, job *mdspb.AdminJob) error {
 			return err
 		}
 	}
-	w := &s.admin
 	if progress {
 		w.stalled[kind] = 0
 	} else {
 		w.stalled[kind]++
 	}
-	_, err = s.updateJob(kind, func(j *mdspb.AdminJob) {
+	_, err = w.jobs.updateJob(kind, func(j *mdspb.AdminJob) {
 		j.Passes++
-		if w.stalled[kind] >= s.o.Admin.MaxPasses && j.State == JobRunning {
-			j.State, j.FinishedNs = JobFailed, s.now()
+		if w.stalled[kind] >= w.o.MaxPasses && j.State == JobRunning {
+			j.State, j.FinishedNs = JobFailed, w.now()
 			if j.Error == "" {
 				j.Error = "no progress"
 			}
@@ -235,13 +227,13 @@ func nowhereToGo(chunks, dests int, from []uint32, undo string) string {
 
 // setWaiting records in j why it waits (empty: it does not), and when it
 // began to, and logs the start of a wait.
-func (s *Server) setWaiting(j *mdspb.AdminJob, why string) {
+func (w *adminWorker) setWaiting(j *mdspb.AdminJob, why string) {
 	switch {
 	case why == "":
 		j.Waiting, j.WaitingSinceNs = "", 0
 	case j.Waiting == "":
-		j.WaitingSinceNs = s.now()
-		s.log.Warn("admin job waits", "job", j.Kind, "why", why)
+		j.WaitingSinceNs = w.now()
+		w.log.Warn("admin job waits", "job", j.Kind, "why", why)
 		fallthrough
 	default:
 		j.Waiting = why
@@ -250,7 +242,7 @@ func (s *Server) setWaiting(j *mdspb.AdminJob, why string) {
 
 // lostSet is the OSTs a repair job treats as gone: those it names, the
 // removed ones and those down longer than RepairAfter.
-func (s *Server) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
+func (w *adminWorker) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
 	lost := map[uint32]bool{}
 	for _, id := range job.GetParams().GetOsts() {
 		if !ov.up[id] || ov.state[id] == ostRemoved {
@@ -262,9 +254,9 @@ func (s *Server) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
 			lost[id] = true
 		}
 	}
-	if after := s.o.Admin.RepairAfter; after > 0 {
-		now := s.o.Now()
-		for id, since := range s.admin.downSince {
+	if after := w.o.RepairAfter; after > 0 {
+		now := w.clock()
+		for id, since := range w.downSince {
 			if now.Sub(since) >= after {
 				lost[id] = true
 			}
@@ -273,9 +265,9 @@ func (s *Server) lostSet(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
 	return lost
 }
 
-// unreadable is the OSTs that cannot serve chunks: down or removed, and
+// unreadableOsts is the OSTs that cannot serve chunks: down or removed, and
 // 0, the slot of a chunk left unplaced (an extent written narrow).
-func (s *Server) unreadable(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
+func unreadableOsts(ov ostView) map[uint32]bool {
 	out := map[uint32]bool{0: true}
 	for id := range ov.infos {
 		if !ov.up[id] {
@@ -285,28 +277,11 @@ func (s *Server) unreadable(ov ostView, job *mdspb.AdminJob) map[uint32]bool {
 	return out
 }
 
-// pendingOn counts pending allocations with a chunk on OST id.
-func (s *Server) pendingOn(id uint32) (int, error) {
-	n := 0
-	err := scan(s.db, []byte{prefixPending}, func(k, v []byte) (bool, error) {
-		e, err := decodeExtentValue(k, v)
-		if err != nil {
-			return false, err
-		}
-		if contains(e.GetOsts(), id) {
-			n++
-		}
-		return true, nil
-	})
-	return n, err
-}
-
 // autoRepair tracks how long each OST has been down and starts a repair
 // job for those down longer than RepairAfter that still hold chunks.
-func (s *Server) autoRepair() error {
-	ov := s.ostView()
-	w := &s.admin
-	now := s.o.Now()
+func (w *adminWorker) autoRepair() error {
+	ov := w.osts.ostView()
+	now := w.clock()
 	for id := range ov.infos {
 		if ov.up[id] || ov.state[id] == ostRemoved {
 			delete(w.downSince, id)
@@ -320,7 +295,7 @@ func (s *Server) autoRepair() error {
 			w.downSince[id] = since
 		}
 	}
-	after := s.o.Admin.RepairAfter
+	after := w.o.RepairAfter
 	if after < 0 {
 		return nil
 	}
@@ -333,14 +308,14 @@ func (s *Server) autoRepair() error {
 	if len(due) == 0 {
 		return nil
 	}
-	job, err := s.loadJob(JobRepair)
+	job, err := w.jobs.loadJob(JobRepair)
 	if err != nil || job.State == JobRunning || job.State == JobStopped {
 		return err
 	}
 	// Only when some extent still has a chunk there.
 	var need []uint32
 	for _, id := range due {
-		n, err := s.extentsOn(id)
+		n, err := w.extents.extentsOn(id)
 		if err != nil {
 			return err
 		}
@@ -357,8 +332,8 @@ func (s *Server) autoRepair() error {
 		// the OSTs down, or an operator's repair, starts it.
 		return nil
 	}
-	s.log.Warn("OSTs down longer than the repair delay; rebuilding their chunks", "osts", need, "after", after)
-	_, err = s.startJob(&mdspb.StartJobRequest{Kind: JobRepair, Osts: need})
+	w.log.Warn("OSTs down longer than the repair delay; rebuilding their chunks", "osts", need, "after", after)
+	_, err = w.startJob(&mdspb.StartJobRequest{Kind: JobRepair, Osts: need})
 	return err
 }
 

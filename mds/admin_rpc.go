@@ -13,7 +13,6 @@ import (
 	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
-	"github.com/shoalfs/shoal/ost/ostpb"
 )
 
 // RPCs of the administration worker (admin_worker.go): jobs, rebalance
@@ -31,80 +30,7 @@ func validJobKind(kind string) error {
 // non-zero parameters of the request replace the stored ones). A running
 // job is returned as it is.
 func (s *Server) handleStartJob(ctx context.Context, req *mdspb.StartJobRequest) (_ *mdspb.AdminJob, err error) {
-	return s.startJob(req)
-}
-
-func (s *Server) startJob(req *mdspb.StartJobRequest) (*mdspb.AdminJob, error) {
-	if err := validJobKind(req.GetKind()); err != nil {
-		return nil, err
-	}
-	if req.GetThresholdPct() < 0 || req.GetThresholdPct() > 100 {
-		return nil, fmt.Errorf("threshold %v%% (0..100): %w", req.GetThresholdPct(), errs.ErrInvalid)
-	}
-	if req.GetKind() == JobRepair {
-		if err := s.checkRepairOsts(req.GetOsts()); err != nil {
-			return nil, err
-		}
-	}
-	params := proto.Clone(req).(*mdspb.StartJobRequest)
-	if params.Kind == JobRepair && len(params.Osts) == 0 {
-		// Every OST down now is lost for this repair.
-		for _, o := range s.listOsts() {
-			if !o.Up && o.State != StateRemoved {
-				params.Osts = append(params.Osts, o.Id)
-			}
-		}
-	}
-	j, err := s.updateJob(req.GetKind(), func(j *mdspb.AdminJob) {
-		switch j.State {
-		case JobRunning:
-			return
-		case JobStopped:
-			p := j.Params
-			if p == nil {
-				p = &mdspb.StartJobRequest{Kind: j.Kind}
-			}
-			if params.ThresholdPct != 0 {
-				p.ThresholdPct = params.ThresholdPct
-			}
-			if params.MaxBandwidth != 0 {
-				p.MaxBandwidth = params.MaxBandwidth
-			}
-			if len(params.Osts) > 0 {
-				p.Osts = params.Osts
-			}
-			j.Params, j.State, j.Error = p, JobRunning, ""
-			return
-		}
-		*j = mdspb.AdminJob{Kind: j.Kind, State: JobRunning, Params: params, StartedNs: s.now()}
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info("admin job started", "job", j.Kind, "state", j.State)
-	s.kickAdmin()
-	return j, nil
-}
-
-// checkRepairOsts checks the OSTs a repair names (--ost) before the job
-// starts: each must be known and down or removed, since a repair rebuilds
-// only the chunks of OSTs that cannot serve them (an OST that is up is
-// drained instead). Before, `repair --ost 999` said done.
-func (s *Server) checkRepairOsts(ids []uint32) error {
-	osts := map[uint32]*mdspb.OstInfo{}
-	for _, o := range s.listOsts() {
-		osts[o.Id] = o
-	}
-	for _, id := range ids {
-		o, ok := osts[id]
-		switch {
-		case !ok:
-			return fmt.Errorf("repair: there is no OST %d (shoal admin osts lists them): %w", id, errs.ErrNotFound)
-		case o.Up && o.State != StateRemoved:
-			return fmt.Errorf("repair: OST %d is up (%s): repair rebuilds the chunks of down or removed OSTs; drain an OST that is up to move its chunks off: %w", id, o.State, errs.ErrInvalid)
-		}
-	}
-	return nil
+	return s.admin.startJob(req)
 }
 
 // StopJob stops a running job after its current batch; StartJob resumes it.
@@ -143,7 +69,7 @@ func (s *Server) handlePlanRebalance(ctx context.Context, req *mdspb.StartJobReq
 		thr = 5
 	}
 	ov := s.ostView()
-	_, view, err := s.committedExtents()
+	_, view, err := committedExtents(s)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +171,7 @@ func (s *Server) handleReportCorrupt(ctx context.Context, req *mdspb.ReportCorru
 		s.admin.met.badReported.WithLabelValues(src).Add(n)
 	}
 	s.log.WarnContext(ctx, "corrupt chunks reported", "ost", req.GetOst(), "count", len(req.GetChunks()))
-	s.kickAdmin()
+	s.admin.kickRound()
 	return &mdspb.Empty{}, nil
 }
 
@@ -271,92 +197,4 @@ func (t *txn) noteScrubbed(ids []uint64) error {
 		}
 	}
 	return t.saveJob(j)
-}
-
-// scrubRound drives a scrub job: the first round asks every up OST for a
-// pass; later rounds collect their status. The job is done when every OST
-// finished its pass and every bad chunk found was rebuilt.
-func (s *Server) scrubRound(ctx context.Context) error {
-	job, err := s.loadJob(JobScrub)
-	if err != nil || job.State != JobRunning {
-		return err
-	}
-	ov := s.ostView()
-	start := job.Passes == 0
-	var osts []uint32
-	if start {
-		for _, id := range sortedIDs(ov.up) {
-			osts = append(osts, id)
-		}
-	} else {
-		osts = job.GetParams().GetOsts()
-	}
-	var checked, nbytes, corrupt uint64
-	running := uint32(0)
-	var lastErr error
-	for _, id := range osts {
-		if !ov.up[id] {
-			lastErr = fmt.Errorf("OST %d is down", id)
-			continue
-		}
-		c, err := s.adminOst(id)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, s.o.Admin.CallTimeout)
-		st, err := c.Scrub(cctx, &ostpb.ScrubRequest{Start: start, Rate: job.GetParams().GetScrubRate()})
-		cancel()
-		if err != nil {
-			lastErr = fmt.Errorf("scrub OST %d: %w", id, err)
-			if start {
-				continue
-			}
-			running++ // unknown: count as not finished
-			continue
-		}
-		if st.Running {
-			running++
-		}
-		checked += st.ChunksChecked
-		nbytes += st.BytesChecked
-		corrupt += st.Corrupt
-	}
-	left, retrying := 0, 0
-	err = scan(s.db, []byte{prefixBad}, func(k, _ []byte) (bool, error) {
-		left++
-		if _, ok := s.admin.badRetry[string(k)]; ok {
-			retrying++
-		}
-		return true, nil
-	})
-	if err != nil {
-		return err
-	}
-	_, err = s.updateJob(JobScrub, func(j *mdspb.AdminJob) {
-		if j.State != JobRunning {
-			return
-		}
-		if start {
-			if j.Params == nil {
-				j.Params = &mdspb.StartJobRequest{Kind: JobScrub}
-			}
-			j.Params.Osts = osts
-			j.Passes = 1
-		}
-		j.ScrubbedChunks, j.ScrubbedBytes, j.CorruptFound, j.OstsScrubbing = checked, nbytes, corrupt, running
-		j.PlannedChunks, j.DoneChunks = corrupt, corrupt-min(corrupt, uint64(left))
-		if lastErr != nil {
-			j.Error = lastErr.Error()
-		}
-		switch {
-		case start || running > 0:
-		case left == 0:
-			j.State, j.FinishedNs = JobDone, s.now()
-		case left == retrying:
-			j.State, j.FinishedNs = JobFailed, s.now()
-			j.Error = fmt.Sprintf("%d bad chunks could not be rebuilt", left)
-		}
-	})
-	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -128,12 +129,120 @@ func (o *AdminOptions) setDefaults(gcGrace time.Duration) error {
 	return nil
 }
 
-// adminWorker is the worker's state. Everything but kick, met and mu is
-// owned by the worker goroutine (the copies of one batch run on goroutines
-// of their own, which touch only met and the server's OST pool).
+// The worker's view of the rest of the MDS: narrow interfaces, each
+// implemented by *Server with small adapter methods (admin_store.go), and
+// the shared OST connection pool behind a chunkMover (admin_chunkio.go).
+
+// extentStore is the namespace as the background workers see it: the
+// committed extents, the extent-map entries naming them, and the one
+// transaction that switches placements.
+type extentStore interface {
+	// eachExtent calls fn for every committed extent, in id order,
+	// until fn returns false or an error.
+	eachExtent(fn func(e *mdspb.Extent) (bool, error)) error
+	// extentOf returns committed extent id, or nil when it is not
+	// committed.
+	extentOf(id uint64) (*mdspb.Extent, error)
+	// mapKeysOf finds the extent-map entries naming the extents ids,
+	// with one scan of the map.
+	mapKeysOf(ids map[uint64]bool) (map[uint64][][]byte, error)
+	// pendingOn counts the pending allocations with a chunk on OST id;
+	// extentsOn the committed and pending extents.
+	pendingOn(id uint32) (int, error)
+	extentsOn(id uint32) (int, error)
+	// switchPlacements makes each switch whose extent is still placed as
+	// planned, in one committed transaction, and reports which it made
+	// (step 4 of a move).
+	switchPlacements(sw []placementSwitch) ([]bool, error)
+}
+
+// recordStore holds the worker's own records (admin_keys.go, narrow.go:
+// moves, old copies to retire, bad chunks, narrow extents).
+type recordStore interface {
+	// scanRecords calls fn for the records in [lower, upper), in order,
+	// until fn returns false or an error.
+	scanRecords(lower, upper []byte, fn func(k, v []byte) (bool, error)) error
+	// writeRecords sets and deletes records in one committed
+	// transaction.
+	writeRecords(set []record, del [][]byte) error
+}
+
+// record is one key and value of a recordStore or placementSwitch.
+type record struct{ key, value []byte }
+
+// jobStore holds the administration jobs, one per kind ("J" keys).
+type jobStore interface {
+	// loadJob returns the job of kind (idle if it never ran).
+	loadJob(kind string) (*mdspb.AdminJob, error)
+	// updateJob applies fn to the job of kind in one committed
+	// transaction and returns it as written.
+	updateJob(kind string, fn func(j *mdspb.AdminJob)) (*mdspb.AdminJob, error)
+}
+
+// ostDirectory is the OST table as the workers see it.
+type ostDirectory interface {
+	ostView() ostView
+}
+
+// leadership says whether this MDS runs the background loops (always for
+// a single MDS; the serving leader of a group), and when not, why (a
+// committer, commit.go).
+type leadership interface {
+	leading() bool
+	check() error
+}
+
+// placementSwitch is one extent's change of placement: chunk j goes to
+// OST to[j]. It is made only when the extent is still placed as old is
+// and every extent-map entry naming it is among keys; set and del are
+// records written and deleted in the same transaction. what names the
+// change in errors.
+type placementSwitch struct {
+	old  *mdspb.Extent
+	keys [][]byte
+	to   map[int]uint32
+	what string
+	set  []record
+	del  [][]byte
+}
+
+// adminConfig is what newAdminWorker needs.
+type adminConfig struct {
+	Options   AdminOptions
+	Heartbeat time.Duration // Options.HeartbeatTimeout: jobs wait this long after Open
+	FullRatio float64       // PlacementOptions.FullRatio: widening leaves OSTs this full alone
+	Now       func() time.Time
+	Log       *slog.Logger
+	Metrics   *adminMetrics
+	Narrow    narrowMetrics
+
+	Extents extentStore
+	Records recordStore
+	Jobs    jobStore
+	Osts    ostDirectory
+	Chunks  chunkMover
+	Lead    leadership
+}
+
+// adminWorker is the worker. Its state is owned by its goroutine (loop),
+// but for kick, met and mu (the copies of one batch run on goroutines of
+// their own, which touch only met and the chunkMover).
 type adminWorker struct {
-	kick chan struct{} // buffered(1): run a round now
-	met  *adminMetrics // set by newMetrics (admin_metrics.go)
+	o         AdminOptions
+	heartbeat time.Duration
+	fullRatio float64
+	clock     func() time.Time
+	log       *slog.Logger
+	extents   extentStore
+	records   recordStore
+	jobs      jobStore
+	osts      ostDirectory
+	chunks    chunkMover
+	lead      leadership
+
+	kick   chan struct{} // buffered(1): run a round now
+	met    *adminMetrics // admin_metrics.go
+	narrow narrowMetrics // narrow.go
 
 	started   time.Time            // jobs wait a heartbeat timeout after Open, until OSTs reported
 	downSince map[uint32]time.Time // when the worker first saw an OST down
@@ -146,32 +255,42 @@ type adminWorker struct {
 	}
 }
 
-func (s *Server) startAdmin() {
-	w := &s.admin
-	w.kick = make(chan struct{}, 1)
-	w.started = s.o.Now()
-	w.downSince = make(map[uint32]time.Time)
-	w.badRetry = make(map[string]badRetry)
-	w.stalled = make(map[string]int)
-	s.tasks.Go(s.adminLoop)
+func newAdminWorker(c adminConfig) *adminWorker {
+	return &adminWorker{
+		o: c.Options, heartbeat: c.Heartbeat, fullRatio: c.FullRatio, clock: c.Now, log: c.Log,
+		extents: c.Extents, records: c.Records, jobs: c.Jobs, osts: c.Osts, chunks: c.Chunks, lead: c.Lead,
+		kick: make(chan struct{}, 1), met: c.Metrics, narrow: c.Narrow,
+		started:   c.Now(),
+		downSince: make(map[uint32]time.Time),
+		badRetry:  make(map[string]badRetry),
+		stalled:   make(map[string]int),
+	}
 }
 
-// kickAdmin asks for a worker round now.
-func (s *Server) kickAdmin() {
+// scanKind calls fn for every record with prefix p (admin_keys.go).
+func (w *adminWorker) scanKind(p byte, fn func(k, v []byte) (bool, error)) error {
+	return w.records.scanRecords([]byte{p}, prefixEnd([]byte{p}), fn)
+}
+
+// now is the worker's clock in ns, as transactions date records.
+func (w *adminWorker) now() int64 { return w.clock().UnixNano() }
+
+// kickRound asks for a worker round now.
+func (w *adminWorker) kickRound() {
 	select {
-	case s.admin.kick <- struct{}{}:
+	case w.kick <- struct{}{}:
 	default:
 	}
 }
 
 // waitRound kicks the worker and waits until a round that started after
 // the call has finished (or ctx is done).
-func (s *Server) waitRound(ctx context.Context) error {
+func (w *adminWorker) waitRound(ctx context.Context) error {
 	ch := make(chan struct{})
-	s.admin.mu.Lock()
-	s.admin.mu.wake = append(s.admin.mu.wake, ch)
-	s.admin.mu.Unlock()
-	s.kickAdmin()
+	w.mu.Lock()
+	w.mu.wake = append(w.mu.wake, ch)
+	w.mu.Unlock()
+	w.kickRound()
 	select {
 	case <-ch:
 		return nil
@@ -180,9 +299,10 @@ func (s *Server) waitRound(ctx context.Context) error {
 	}
 }
 
-func (s *Server) adminLoop(ctx context.Context) {
-	w := &s.admin
-	tick := time.NewTicker(s.o.Admin.Interval)
+// loop runs rounds until ctx is done (Close stops the server's goroutine
+// group).
+func (w *adminWorker) loop(ctx context.Context) {
+	tick := time.NewTicker(w.o.Interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -195,10 +315,10 @@ func (s *Server) adminLoop(ctx context.Context) {
 		wake := w.mu.wake
 		w.mu.wake = nil
 		w.mu.Unlock()
-		if !s.leading() {
+		if !w.lead.leading() {
 			// A follower plans nothing; its jobs run on the leader.
-		} else if err := s.adminRound(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("admin round failed", "err", err)
+		} else if err := w.round(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("admin round failed", "err", err)
 		}
 		for _, ch := range wake {
 			close(ch)
@@ -206,80 +326,130 @@ func (s *Server) adminLoop(ctx context.Context) {
 	}
 }
 
-// adminRound is one round of the worker.
-func (s *Server) adminRound(ctx context.Context) error {
+// round is one round of the worker.
+func (w *adminWorker) round(ctx context.Context) error {
 	var all []error
 	note := func(what string, err error) {
 		if err != nil && ctx.Err() == nil {
 			all = append(all, fmt.Errorf("%s: %w", what, err))
 		}
 	}
-	if s.o.Now().Sub(s.admin.started) < s.o.HeartbeatTimeout {
+	if w.clock().Sub(w.started) < w.heartbeat {
 		// Just opened: OSTs that are up have not all heartbeated yet,
 		// and a plan made now would take them for down.
 		return nil
 	}
-	note("finish moves", s.finishMoves(ctx))
-	note("retire", s.retireRound(ctx))
-	note("repair bad chunks", s.repairBad(ctx))
-	note("auto repair", s.autoRepair())
-	note("widen narrow extents", s.widenRound(ctx)) // narrow.go
-	note("count degraded extents", s.countDegraded(false))
+	note("finish moves", w.finishMoves(ctx))
+	note("retire", w.retireRound(ctx))
+	note("repair bad chunks", w.repairBad(ctx))
+	note("auto repair", w.autoRepair())
+	note("widen narrow extents", w.widenRound(ctx)) // narrow.go
+	note("count degraded extents", w.countDegraded(false))
 	for _, kind := range []string{JobRepair, JobDrain, JobRebalance} {
 		if ctx.Err() != nil {
 			break
 		}
-		job, err := s.loadJob(kind)
+		job, err := w.jobs.loadJob(kind)
 		if err != nil {
 			note(kind, err)
 			continue
 		}
 		if job.State == JobRunning {
-			note(kind, s.runPass(ctx, job))
+			note(kind, w.runPass(ctx, job))
 		}
 	}
-	note("scrub", s.scrubRound(ctx))
+	note("scrub", w.scrubRound(ctx)) // admin_scrub.go
 	return errors.Join(all...)
+}
+
+// inParallel runs fn(i) for every i in [0, n), at most limit at once,
+// and returns when all have (the copies of a batch).
+func inParallel(n, limit int, fn func(i int)) {
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(i)
+		})
+	}
+	wg.Wait()
 }
 
 // Jobs.
 
-func (s *Server) loadJob(kind string) (*mdspb.AdminJob, error) {
-	j := &mdspb.AdminJob{}
-	err := getProto(s.db, jobKey(kind), j)
-	if errors.Is(err, errs.ErrNotFound) {
-		return &mdspb.AdminJob{Kind: kind, State: JobIdle}, nil
+// startJob starts a job, or resumes a stopped one (keeping its progress;
+// non-zero parameters of req replace the stored ones). A running job is
+// returned as it is.
+func (w *adminWorker) startJob(req *mdspb.StartJobRequest) (*mdspb.AdminJob, error) {
+	if err := validJobKind(req.GetKind()); err != nil {
+		return nil, err
 	}
-	return j, err
-}
-
-// saveJob writes a job in t.
-func (t *txn) saveJob(j *mdspb.AdminJob) error {
-	j.UpdatedNs = t.now
-	v, err := proto.Marshal(j)
-	if err != nil {
-		return err
+	if req.GetThresholdPct() < 0 || req.GetThresholdPct() > 100 {
+		return nil, fmt.Errorf("threshold %v%% (0..100): %w", req.GetThresholdPct(), errs.ErrInvalid)
 	}
-	return t.b.Set(jobKey(j.Kind), v, nil)
-}
-
-// updateJob applies fn to the stored job of kind, in one transaction. A
-// job stopped meanwhile stays stopped (fn sees its state).
-func (s *Server) updateJob(kind string, fn func(j *mdspb.AdminJob)) (*mdspb.AdminJob, error) {
-	var out *mdspb.AdminJob
-	err := s.update(func(t *txn) error {
-		j := &mdspb.AdminJob{}
-		err := getProto(t.b, jobKey(kind), j)
-		if errors.Is(err, errs.ErrNotFound) {
-			j = &mdspb.AdminJob{Kind: kind, State: JobIdle}
-		} else if err != nil {
-			return err
+	ov := w.osts.ostView()
+	if req.GetKind() == JobRepair {
+		if err := checkRepairOsts(ov, req.GetOsts()); err != nil {
+			return nil, err
 		}
-		fn(j)
-		out = j
-		return t.saveJob(j)
+	}
+	params := proto.Clone(req).(*mdspb.StartJobRequest)
+	if params.Kind == JobRepair && len(params.Osts) == 0 {
+		// Every OST down now is lost for this repair.
+		for _, id := range sortedIDs(mapKeys(ov.infos)) {
+			if o := ov.infos[id]; !o.Up && o.State != StateRemoved {
+				params.Osts = append(params.Osts, o.Id)
+			}
+		}
+	}
+	j, err := w.jobs.updateJob(req.GetKind(), func(j *mdspb.AdminJob) {
+		switch j.State {
+		case JobRunning:
+			return
+		case JobStopped:
+			p := j.Params
+			if p == nil {
+				p = &mdspb.StartJobRequest{Kind: j.Kind}
+			}
+			if params.ThresholdPct != 0 {
+				p.ThresholdPct = params.ThresholdPct
+			}
+			if params.MaxBandwidth != 0 {
+				p.MaxBandwidth = params.MaxBandwidth
+			}
+			if len(params.Osts) > 0 {
+				p.Osts = params.Osts
+			}
+			j.Params, j.State, j.Error = p, JobRunning, ""
+			return
+		}
+		*j = mdspb.AdminJob{Kind: j.Kind, State: JobRunning, Params: params, StartedNs: w.now()}
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	w.log.Info("admin job started", "job", j.Kind, "state", j.State)
+	w.kickRound()
+	return j, nil
+}
+
+// checkRepairOsts checks the OSTs a repair names (--ost) before the job
+// starts: each must be known and down or removed, since a repair rebuilds
+// only the chunks of OSTs that cannot serve them (an OST that is up is
+// drained instead). Before, `repair --ost 999` said done.
+func checkRepairOsts(ov ostView, ids []uint32) error {
+	for _, id := range ids {
+		o, ok := ov.infos[id]
+		switch {
+		case !ok:
+			return fmt.Errorf("repair: there is no OST %d (shoal admin osts lists them): %w", id, errs.ErrNotFound)
+		case o.Up && o.State != StateRemoved:
+			return fmt.Errorf("repair: OST %d is up (%s): repair rebuilds the chunks of down or removed OSTs; drain an OST that is up to move its chunks off: %w", id, o.State, errs.ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // View of the cluster for the planners.
@@ -292,25 +462,11 @@ type ostView struct {
 	state map[uint32]uint32
 }
 
-func (s *Server) ostView() ostView {
-	v := ostView{infos: map[uint32]*mdspb.OstInfo{}, up: map[uint32]bool{}, dest: map[uint32]bool{}, state: s.ostAdmin()}
-	for _, o := range s.listOsts() {
-		v.infos[o.Id] = o
-		v.up[o.Id] = o.Up
-		v.dest[o.Id] = o.State == StateUp
-	}
-	return v
-}
-
-// committedExtents reads every committed extent ("r" keys).
-func (s *Server) committedExtents() (map[uint64]*mdspb.Extent, []planExtent, error) {
+// committedExtents reads every committed extent.
+func committedExtents(st extentStore) (map[uint64]*mdspb.Extent, []planExtent, error) {
 	exts := make(map[uint64]*mdspb.Extent)
 	var plan []planExtent
-	err := scan(s.db, []byte{prefixRef}, func(k, v []byte) (bool, error) {
-		e, err := decodeExtentValue(k, v)
-		if err != nil {
-			return false, err
-		}
+	err := st.eachExtent(func(e *mdspb.Extent) (bool, error) {
 		exts[e.Id] = e
 		plan = append(plan, planExtent{id: e.Id, m: int(e.GetLayout().GetM()), chunk: chunkLen(e), osts: e.Osts})
 		return true, nil

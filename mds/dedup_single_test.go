@@ -57,7 +57,7 @@ func TestSingleMDSRetryGetsRecordedAnswer(t *testing.T) {
 
 	// Past the TTL the id is forgotten: the same call is a new one.
 	e.clock.Advance(requestTTL + time.Second)
-	if err := e.s.gcRound(ctx); err != nil {
+	if err := e.s.gc.round(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.c.Create(with("create-a"), creq)

@@ -2,12 +2,11 @@ package mds
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/ost/ostpb"
 )
@@ -33,8 +32,69 @@ type gcEntry struct {
 	ext *mdspb.Extent
 }
 
-func (s *Server) gcLoop(ctx context.Context) {
-	tick := time.NewTicker(s.o.GCInterval)
+// gcStore is the namespace as the GC sees it (admin_store.go implements
+// it on *Server): pending allocations, the GC queue and the request ids
+// to forget (dedup.go).
+type gcStore interface {
+	// expirePending moves allocations older than grace into the GC
+	// queue, due at now, in one transaction (at most gcBatch).
+	expirePending(now int64, grace time.Duration) error
+	// expireRequests forgets the request ids recorded before now.
+	expireRequests(now int64) error
+	// dueGC returns up to gcBatch queue entries due at or before now.
+	dueGC(now int64) ([]gcEntry, error)
+	// requeueGC removes due entries from the queue in one transaction,
+	// putting back those not finished, due at retryAt.
+	requeueGC(due []gcEntry, finished []bool, retryAt int64) error
+}
+
+// gcConfig is what newGC needs.
+type gcConfig struct {
+	Interval, Grace time.Duration // Options.GCInterval, Options.GCGrace
+	Now             func() time.Time
+	Log             *slog.Logger
+	ChunksDeleted   prometheus.Counter
+	ExtentsDone     prometheus.Counter
+
+	Store  gcStore
+	Osts   ostDirectory
+	Chunks chunkDeleter
+	Lead   leadership
+}
+
+// gc is the garbage collector. Its state is owned by its goroutine
+// (loop); tests call round directly with an Interval long enough that the
+// loop never fires.
+type gc struct {
+	interval, grace            time.Duration
+	clock                      func() time.Time
+	log                        *slog.Logger
+	chunksDeleted, extentsDone prometheus.Counter
+	store                      gcStore
+	osts                       ostDirectory
+	chunks                     chunkDeleter
+	lead                       leadership
+
+	// confirmed[extent] holds the OSTs that deleted their chunk of an
+	// extent still in the queue (other OSTs failed).
+	confirmed map[uint64]map[uint32]bool
+	// kick asks the GC goroutine for a round now (runNow); the round's
+	// error is sent back on the channel passed.
+	kick chan chan error
+}
+
+func newGC(c gcConfig) *gc {
+	return &gc{
+		interval: c.Interval, grace: c.Grace, clock: c.Now, log: c.Log,
+		chunksDeleted: c.ChunksDeleted, extentsDone: c.ExtentsDone,
+		store: c.Store, osts: c.Osts, chunks: c.Chunks, lead: c.Lead,
+		confirmed: make(map[uint64]map[uint32]bool),
+		kick:      make(chan chan error),
+	}
+}
+
+func (g *gc) loop(ctx context.Context) {
+	tick := time.NewTicker(g.interval)
 	defer tick.Stop()
 	for {
 		var reply chan error
@@ -42,17 +102,17 @@ func (s *Server) gcLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case reply = <-s.gc.kick:
+		case reply = <-g.kick:
 		}
-		if !s.leading() {
+		if !g.lead.leading() {
 			if reply != nil {
-				reply <- s.raft.check()
+				reply <- g.lead.check()
 			}
 			continue
 		}
-		err := s.gcRound(ctx)
+		err := g.round(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("gc round failed", "err", err)
+			g.log.Warn("gc round failed", "err", err)
 		}
 		if reply != nil {
 			reply <- err
@@ -60,18 +120,34 @@ func (s *Server) gcLoop(ctx context.Context) {
 	}
 }
 
-// gcRound runs one round of GC. It uses s.gc.confirmed unlocked, so it runs
-// only on the GC goroutine (tests call it directly with a GCInterval long
-// enough that the loop never fires).
-func (s *Server) gcRound(ctx context.Context) error {
-	now := s.now()
-	if err := s.expirePending(now); err != nil {
+// runNow has the GC goroutine run a round now and returns its error (on
+// a follower: why it is not the leader).
+func (g *gc) runNow(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case g.kick <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// round runs one round of GC. It uses g.confirmed unlocked, so it runs
+// only on the GC goroutine (or a test's).
+func (g *gc) round(ctx context.Context) error {
+	now := g.clock().UnixNano()
+	if err := g.store.expirePending(now, g.grace); err != nil {
 		return err
 	}
-	if err := s.expireRequests(now); err != nil {
+	if err := g.store.expireRequests(now); err != nil {
 		return err
 	}
-	due, err := s.dueGC(now)
+	due, err := g.store.dueGC(now)
 	if err != nil || len(due) == 0 {
 		return err
 	}
@@ -80,15 +156,12 @@ func (s *Server) gcRound(ctx context.Context) error {
 	byOst := make(map[uint32][]*ostpb.ChunkId)
 	for _, e := range due {
 		for j, id := range e.ext.GetOsts() {
-			if !s.gc.confirmed[e.ext.Id][id] {
+			if !g.confirmed[e.ext.Id][id] {
 				byOst[id] = append(byOst[id], &ostpb.ChunkId{Extent: e.ext.Id, Index: uint32(j)})
 			}
 		}
 	}
-	infos := make(map[uint32]*mdspb.OstInfo)
-	for _, o := range s.listOsts() {
-		infos[o.Id] = o
-	}
+	infos := g.osts.ostView().infos
 	// done[id] is true once OST id confirmed this round (or is not
 	// registered).
 	done := make(map[uint32]bool, len(byOst))
@@ -101,124 +174,48 @@ func (s *Server) gcRound(ctx context.Context) error {
 		if !info.Up {
 			continue
 		}
-		if err := s.deleteChunks(ctx, info, chunks); err != nil {
-			s.log.Warn("gc: delete chunks failed", "ost", id, "chunks", len(chunks), "err", err)
+		if err := g.chunks.deleteChunks(ctx, info, chunks); err != nil {
+			g.log.Warn("gc: delete chunks failed", "ost", id, "chunks", len(chunks), "err", err)
 			continue
 		}
-		s.m.gcChunksDeleted.Add(float64(len(chunks)))
+		g.chunksDeleted.Add(float64(len(chunks)))
 		done[id] = true
 	}
 	// Finished entries leave the queue; the others move back by
 	// gcRetryDelay so that they do not hold up the entries behind them.
-	var finished int
-	err = s.update(func(t *txn) error {
-		for _, e := range due {
-			conf := s.gc.confirmed[e.ext.Id]
-			complete := true
-			for _, id := range e.ext.GetOsts() {
-				if done[id] {
-					if conf == nil {
-						conf = make(map[uint32]bool)
-						s.gc.confirmed[e.ext.Id] = conf
-					}
-					conf[id] = true
+	finished := make([]bool, len(due))
+	n := 0
+	for i, e := range due {
+		conf := g.confirmed[e.ext.Id]
+		complete := true
+		for _, id := range e.ext.GetOsts() {
+			if done[id] {
+				if conf == nil {
+					conf = make(map[uint32]bool)
+					g.confirmed[e.ext.Id] = conf
 				}
-				complete = complete && conf[id]
+				conf[id] = true
 			}
-			if err := t.b.Delete(e.key, nil); err != nil {
-				return err
-			}
-			if complete {
-				delete(s.gc.confirmed, e.ext.Id)
-				finished++
-				continue
-			}
-			v, err := proto.Marshal(e.ext)
-			if err != nil {
-				return err
-			}
-			if err := t.b.Set(gcKey(now+int64(gcRetryDelay), e.ext.Id), v, nil); err != nil {
-				return err
-			}
-			s.log.Debug("gc: extent kept for retry", "extent", e.ext.Id)
+			complete = complete && conf[id]
 		}
-		return nil
-	})
-	if err == nil && finished > 0 {
-		s.m.gcExtentsDone.Add(float64(finished))
-		s.log.Debug("gc: extents collected", "count", finished)
+		finished[i] = complete
+		if complete {
+			n++
+		} else {
+			g.log.Debug("gc: extent kept for retry", "extent", e.ext.Id)
+		}
 	}
-	return err
-}
-
-// expirePending moves allocations older than GCGrace into the GC queue.
-// Pending keys are ordered by extent id, not age, so this scans them all;
-// there are only as many as writes in flight.
-func (s *Server) expirePending(now int64) error {
-	return s.update(func(t *txn) error {
-		var expired []gcEntry
-		err := scan(t.b, []byte{prefixPending}, func(k, v []byte) (bool, error) {
-			at, body, err := decodePrefixed(v)
-			if err != nil {
-				return false, err
-			}
-			if int64(at)+int64(s.o.GCGrace) > now {
-				return true, nil
-			}
-			e := &mdspb.Extent{}
-			if err := proto.Unmarshal(body, e); err != nil {
-				return false, fmt.Errorf("mds: decode pending %x: %v: %w", k, err, errs.ErrCorrupt)
-			}
-			expired = append(expired, gcEntry{key: append([]byte(nil), k...), ext: e})
-			return len(expired) < gcBatch, nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, e := range expired {
-			v, err := proto.Marshal(e.ext)
-			if err != nil {
-				return err
-			}
-			if err := t.b.Delete(e.key, nil); err != nil {
-				return err
-			}
-			if err := t.b.Set(gcKey(now, e.ext.Id), v, nil); err != nil {
-				return err
-			}
-			s.log.Info("gc: allocation expired uncommitted", "extent", e.ext.Id)
-		}
-		return nil
-	})
-}
-
-// dueGC returns up to gcBatch queue entries due at or before now.
-func (s *Server) dueGC(now int64) ([]gcEntry, error) {
-	var out []gcEntry
-	upper := gcKey(now+1, 0)
-	err := scanRange(s.db, []byte{prefixGC}, upper, func(k, v []byte) (bool, error) {
-		if _, _, err := decodeGCKey(k); err != nil {
-			return false, err
-		}
-		e := &mdspb.Extent{}
-		if err := proto.Unmarshal(v, e); err != nil {
-			return false, fmt.Errorf("mds: decode gc entry %x: %v: %w", k, err, errs.ErrCorrupt)
-		}
-		out = append(out, gcEntry{key: append([]byte(nil), k...), ext: e})
-		return len(out) < gcBatch, nil
-	})
-	return out, err
-}
-
-// deleteChunks asks one OST to delete chunks (its connection from the
-// server's pool, ostpool.go).
-func (s *Server) deleteChunks(ctx context.Context, info *mdspb.OstInfo, chunks []*ostpb.ChunkId) error {
-	c, err := s.ostPool.client(info.Id, info.Addr)
-	if err != nil {
+	if err := g.store.requeueGC(due, finished, now+int64(gcRetryDelay)); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, gcCallTimeout)
-	defer cancel()
-	_, err = c.DeleteChunks(ctx, &ostpb.DeleteChunksRequest{Ids: chunks})
-	return err
+	for i, e := range due {
+		if finished[i] {
+			delete(g.confirmed, e.ext.Id)
+		}
+	}
+	if n > 0 {
+		g.extentsDone.Add(float64(n))
+		g.log.Debug("gc: extents collected", "count", n)
+	}
+	return nil
 }

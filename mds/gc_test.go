@@ -75,7 +75,7 @@ func startFakeOsts(t *testing.T, n int) []*fakeOst {
 // interval is an hour).
 func (e *env) gc() {
 	e.t.Helper()
-	if err := e.s.gcRound(context.Background()); err != nil {
+	if err := e.s.gc.round(context.Background()); err != nil {
 		e.t.Fatalf("gc round: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	extentsCommitted prometheus.Counter
 	gcChunksDeleted  prometheus.Counter
 	gcExtentsDone    prometheus.Counter
+	admin            *adminMetrics // the administration worker's (admin_metrics.go)
 	// Placement (placement.go, narrow.go).
 	allocRefused  *prometheus.CounterVec // by reason: unavailable, no_space
 	narrowPlaced  prometheus.Counter
@@ -107,7 +108,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m.collectors = []prometheus.Collector{m.ops, m.opErrors, m.opSeconds, m.extentsAllocated,
 		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total, sessions, locks,
 		m.allocRefused, m.narrowPlaced, m.narrowExtents, m.widenedChunks, full}
-	m.collectors = append(m.collectors, newAdminMetrics(s)...) // admin_metrics.go
+	var admin []prometheus.Collector
+	m.admin, admin = newAdminMetrics(s) // admin_metrics.go
+	m.collectors = append(m.collectors, admin...)
 	if reg == nil {
 		return m, nil
 	}

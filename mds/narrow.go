@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -101,6 +101,12 @@ func (s *Server) logDue(last *atomic.Int64) bool {
 	return now-prev >= int64(refusalLogEvery) && last.CompareAndSwap(prev, now)
 }
 
+// narrowMetrics are the worker's metrics of narrow extents (metrics.go).
+type narrowMetrics struct {
+	extents prometheus.Gauge   // listed as narrow, as of the last widen round
+	widened prometheus.Counter // missing chunks placed
+}
+
 // widening is one narrow extent's planned widening: slot j to OST fill[j].
 type widening struct {
 	e     *mdspb.Extent
@@ -113,9 +119,9 @@ type widening struct {
 // extent, with room for the chunk; the emptiest first. An extent with
 // fewer than k readable chunks waits. It runs on the administration
 // worker's goroutine, as every placement switch does.
-func (s *Server) widenRound(ctx context.Context) error {
+func (w *adminWorker) widenRound(ctx context.Context) error {
 	var ids []uint64
-	err := scan(s.db, []byte{prefixNarrow}, func(k, v []byte) (bool, error) {
+	err := w.scanKind(prefixNarrow, func(k, v []byte) (bool, error) {
 		id, err := decodeNarrowKey(k)
 		if err != nil {
 			return false, err
@@ -124,10 +130,10 @@ func (s *Server) widenRound(ctx context.Context) error {
 		return len(ids) < widenBatch, nil
 	})
 	if err != nil || len(ids) == 0 {
-		s.m.narrowExtents.Set(float64(len(ids)))
+		w.narrow.extents.Set(float64(len(ids)))
 		return err
 	}
-	ov := s.ostView()
+	ov := w.osts.ostView()
 	var dests []candidate
 	for _, id := range sortedIDs(ov.dest) {
 		i := ov.infos[id]
@@ -136,7 +142,7 @@ func (s *Server) widenRound(ctx context.Context) error {
 	var plan []widening
 	var done [][]byte // keys of extents gone or no longer narrow
 	for _, id := range ids {
-		e, err := s.extentOf(id)
+		e, err := w.extents.extentOf(id)
 		if err != nil {
 			return err
 		}
@@ -153,7 +159,7 @@ func (s *Server) widenRound(ctx context.Context) error {
 		if readable < int(e.GetLayout().GetK()) {
 			continue // later: too few of its chunks can be read now
 		}
-		w := widening{e: e, fill: map[int]uint32{}}
+		wd := widening{e: e, fill: map[int]uint32{}}
 		n := chunkLen(e)
 		taken := slices.Clone(e.Osts)
 		for j, o := range e.Osts {
@@ -164,89 +170,81 @@ func (s *Server) widenRound(ctx context.Context) error {
 			sort.SliceStable(dests, func(a, b int) bool { return dests[a].free > dests[b].free })
 			for di := range dests {
 				d := &dests[di]
-				if slices.Contains(taken, d.id) || !d.room(n, s.o.Placement.FullRatio) {
+				if slices.Contains(taken, d.id) || !d.room(n, w.fullRatio) {
 					continue
 				}
-				w.fill[j] = d.id
+				wd.fill[j] = d.id
 				taken[j] = d.id
 				d.free -= min(d.free, n)
-				w.bytes += n
+				wd.bytes += n
 				break
 			}
 		}
-		if len(w.fill) > 0 {
-			plan = append(plan, w)
+		if len(wd.fill) > 0 {
+			plan = append(plan, wd)
 		}
 	}
 	if len(done) > 0 {
-		if err := s.update(func(t *txn) error {
-			for _, k := range done {
-				if err := t.b.Delete(k, nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
+		if err := w.records.writeRecords(nil, done); err != nil {
 			return err
 		}
 	}
-	s.m.narrowExtents.Set(float64(len(ids) - len(done)))
+	w.narrow.extents.Set(float64(len(ids) - len(done)))
 	if len(plan) == 0 {
 		return nil
 	}
-	keys, err := s.mapKeysOfExtents(plan)
+	planned := make(map[uint64]bool, len(plan))
+	for _, wd := range plan {
+		planned[wd.e.Id] = true
+	}
+	keys, err := w.extents.mapKeysOf(planned)
 	if err != nil {
 		return err
 	}
 	var all []error
 	var extents, chunks int
-	for i := 0; i < len(plan); i += s.o.Admin.BatchExtents {
+	for i := 0; i < len(plan); i += w.o.BatchExtents {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		batch := plan[i:min(i+s.o.Admin.BatchExtents, len(plan))]
+		batch := plan[i:min(i+w.o.BatchExtents, len(plan))]
 		ok := make([]bool, len(batch))
-		sem := make(chan struct{}, s.o.Admin.Concurrency)
-		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for bi, w := range batch {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				err := s.copyWidening(ctx, w, ov)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					all = append(all, fmt.Errorf("extent %d: %w", w.e.Id, err))
-					return
-				}
-				ok[bi] = true
-			})
+		inParallel(len(batch), w.o.Concurrency, func(bi int) {
+			wd := batch[bi]
+			err := w.copyWidening(ctx, wd, ov)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				all = append(all, fmt.Errorf("extent %d: %w", wd.e.Id, err))
+				return
+			}
+			ok[bi] = true
+		})
+		var sw []placementSwitch
+		var copied []widening
+		for bi, wd := range batch {
+			if ok[bi] {
+				sw = append(sw, widenSwitch(wd, keys[wd.e.Id]))
+				copied = append(copied, wd)
+			}
 		}
-		wg.Wait()
-		err := s.update(func(t *txn) error {
-			extents, chunks = 0, 0
-			for bi, w := range batch {
-				if !ok[bi] {
-					continue
-				}
-				switched, err := t.widen(w, keys[w.e.Id])
-				if err != nil {
-					return err
-				}
-				if switched {
+		extents, chunks = 0, 0
+		if len(sw) > 0 {
+			switched, err := w.extents.switchPlacements(sw)
+			if err != nil {
+				return err
+			}
+			for i, wd := range copied {
+				if switched[i] {
 					extents++
-					chunks += len(w.fill)
+					chunks += len(wd.fill)
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 		if chunks > 0 {
-			s.m.widenedChunks.Add(float64(chunks))
-			s.log.Info("narrow extents widened", "extents", extents, "chunks", chunks)
+			w.narrow.widened.Add(float64(chunks))
+			w.log.Info("narrow extents widened", "extents", extents, "chunks", chunks)
 		}
 	}
 	return errors.Join(all...)
@@ -255,90 +253,50 @@ func (s *Server) widenRound(ctx context.Context) error {
 // copyWidening writes the missing chunks of one narrow extent to their
 // planned OSTs, rebuilt from k others, after recording each as a move
 // from OST 0; finishMoves deletes a copy whose switch never happened.
-func (s *Server) copyWidening(ctx context.Context, w widening, ov ostView) error {
-	now := s.now()
+func (w *adminWorker) copyWidening(ctx context.Context, wd widening, ov ostView) error {
 	var want []int
-	err := s.update(func(t *txn) error {
-		want = want[:0]
-		for j, to := range w.fill {
-			want = append(want, j)
-			v, err := proto.Marshal(&mdspb.MoveRecord{Extent: w.e.Id, Index: uint32(j), From: 0, To: to, Kind: moveKindWiden, StartedNs: now})
-			if err != nil {
-				return err
-			}
-			if err := t.b.Set(moveKey(w.e.Id, uint32(j)), v, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+	for j := range wd.fill {
+		want = append(want, j)
 	}
 	slices.Sort(want)
+	recs := make([]*mdspb.MoveRecord, len(want))
+	for i, j := range want {
+		recs[i] = &mdspb.MoveRecord{Extent: wd.e.Id, Index: uint32(j), From: 0, To: wd.fill[j], Kind: moveKindWiden}
+	}
+	if err := w.recordMoves(recs); err != nil {
+		return err
+	}
 	avoid := map[uint32]bool{0: true}
 	for id := range ov.infos {
 		if !ov.up[id] {
 			avoid[id] = true
 		}
 	}
-	got, err := s.rebuildChunks(ctx, w.e, want, avoid)
+	got, err := w.chunks.rebuildChunks(ctx, wd.e, want, avoid)
 	if err != nil {
 		return err
 	}
 	for _, j := range want {
-		if err := s.writeVerified(ctx, w.fill[j], w.e.Id, uint32(j), got[j]); err != nil {
+		if err := w.chunks.writeVerified(ctx, wd.fill[j], wd.e.Id, uint32(j), got[j]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// widen switches one extent's placement to its widened one in t; false
-// when the extent changed since it was planned (it is tried again in a
-// later round, and finishMoves deletes the copies).
-func (t *txn) widen(w widening, keys [][]byte) (bool, error) {
-	id := w.e.Id
-	var newOsts []uint32
-	ok, err := t.replacePlacement(w.e, keys, "widening", func(osts []uint32) {
-		for j, o := range w.fill {
-			osts[j] = o
-		}
-		newOsts = osts
-	})
-	if !ok || err != nil {
-		return false, err
+// widenSwitch is the switch of one widened extent: its MoveRecords
+// dropped, and its "w" key too once no slot is left unplaced. It is not
+// made when the extent changed since it was planned (it is tried again in
+// a later round, and finishMoves deletes the copies).
+func widenSwitch(wd widening, keys [][]byte) placementSwitch {
+	p := placementSwitch{old: wd.e, keys: keys, to: wd.fill, what: "widening"}
+	osts := slices.Clone(wd.e.Osts)
+	for j, o := range wd.fill {
+		osts[j] = o
+		p.del = append(p.del, moveKey(wd.e.Id, uint32(j)))
 	}
-	for j := range w.fill {
-		if err := t.b.Delete(moveKey(id, uint32(j)), nil); err != nil {
-			return false, err
-		}
+	if placed(osts) == len(osts) {
+		p.del = append(p.del, narrowKey(wd.e.Id))
 	}
-	if placed(newOsts) == len(newOsts) {
-		if err := t.b.Delete(narrowKey(id), nil); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-// mapKeysOfExtents finds the extent-map entries naming the planned
-// extents, with one scan of the "m" keys.
-func (s *Server) mapKeysOfExtents(plan []widening) (map[uint64][][]byte, error) {
-	want := make(map[uint64]bool, len(plan))
-	for _, w := range plan {
-		want[w.e.Id] = true
-	}
-	out := make(map[uint64][][]byte)
-	err := scan(s.db, []byte{prefixMap}, func(k, v []byte) (bool, error) {
-		r, err := readRef(k, v)
-		if err != nil {
-			return false, err
-		}
-		if id := r.GetExtent().GetId(); want[id] {
-			out[id] = append(out[id], append([]byte(nil), k...))
-		}
-		return true, nil
-	})
-	return out, err
+	return p
 }

@@ -23,19 +23,15 @@ func TestSwitchNarrowExtent(t *testing.T) {
 	}
 	e.commit(f.Ino, ref(0, 4*mib, 0, ex))
 	keysOf := func() [][]byte {
-		k, err := e.s.mapKeysOfExtents([]widening{{e: ex}})
+		k, err := e.s.mapKeysOf(map[uint64]bool{ex.Id: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return k[ex.Id]
 	}
 	// A drain moves chunk 0 from OST 1 to OST 7.
-	var ok bool
-	err = e.s.update(func(tx *txn) error {
-		var err error
-		ok, err = tx.switchPlacement(movedExtent{old: ex, moves: []chunkMove{{extent: ex.Id, index: 0, from: 1, to: 7}}}, keysOf(), time.Second)
-		return err
-	})
+	switched, err := e.s.switchPlacements([]placementSwitch{moveSwitch(movedExtent{old: ex, moves: []chunkMove{{extent: ex.Id, index: 0, from: 1, to: 7}}}, keysOf(), e.s.now()+int64(time.Second))})
+	ok := err == nil && switched[0]
 	if err != nil || !ok {
 		t.Fatalf("switch: %v %v", ok, err)
 	}
@@ -45,11 +41,8 @@ func TestSwitchNarrowExtent(t *testing.T) {
 	}
 	// Widened by one slot: still narrow; by both: not.
 	for i, fill := range []map[int]uint32{{4: 5}, {5: 6}} {
-		err = e.s.update(func(tx *txn) error {
-			var err error
-			ok, err = tx.widen(widening{e: cur, fill: fill}, keysOf())
-			return err
-		})
+		switched, err = e.s.switchPlacements([]placementSwitch{widenSwitch(widening{e: cur, fill: fill}, keysOf())})
+		ok = err == nil && switched[0]
 		if err != nil || !ok {
 			t.Fatalf("widen %v: %v %v", fill, ok, err)
 		}

@@ -184,15 +184,8 @@ type Server struct {
 	// administration worker and fsck (ostpool.go); Close closes it.
 	ostPool *ostPool
 
-	// gc is owned by the GC goroutine.
-	gc struct {
-		// confirmed[extent] holds the OSTs that deleted their chunk of
-		// an extent still in the queue (other OSTs failed).
-		confirmed map[uint64]map[uint32]bool
-		// kick asks the GC goroutine for a round now (RunGC); the
-		// round's error is sent back on the channel passed.
-		kick chan chan error
-	}
+	// gc is the garbage collector (gc.go), started in Open.
+	gc *gc
 	// sess holds the client sessions, open handles and locks (memory
 	// only; sessions.go).
 	sess struct {
@@ -203,8 +196,9 @@ type Server struct {
 		graceUntil int64
 		done       chan struct{} // closed when the session loop stopped
 	}
-	// admin is the administration worker's state (admin_worker.go).
-	admin     adminWorker
+	// admin is the administration worker (admin_worker.go), started in
+	// Open.
+	admin     *adminWorker
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -263,11 +257,8 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 	if s.m, err = newMetrics(opts.Registry, s); err != nil {
 		return nil, err
 	}
-	s.gc.confirmed = make(map[uint64]map[uint32]bool)
-	s.gc.kick = make(chan chan error)
-	s.tasks.Go(s.gcLoop)
 	s.startSessions()
-	s.startAdmin()
+	s.startWorkers() // admin_store.go
 	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
 	return s, nil
 }
