@@ -97,15 +97,17 @@ func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
 // CreateFileIn creates the regular file name in parent as CreateIn does
 // and opens it in the same MDS call: one round trip instead of three. A
 // non-exclusive create that finds a regular file opens it.
-func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, exclusive bool) (*File, *mdspb.Attr, error) {
+func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*File, *mdspb.Attr, error) {
 	h := &handle{}
 	id := c.sessionID()
-	reply, err := c.mds.Create(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFREG | mode&0o7777, Uid: uid, Gid: gid, Exclusive: exclusive, OpenSession: id})
+	req := o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive)
+	req.OpenSession = id
+	reply, err := c.mds.Create(c.nsCtx(ctx), req)
 	switch {
 	case errors.Is(err, errs.ErrStale):
 		// The session is gone and nothing was created: create without
 		// it and open the file through a new session.
-		a, err := c.CreateIn(ctx, parent, name, mode, uid, gid, exclusive)
+		a, err := c.CreateIn(ctx, parent, name, o)
 		if err != nil {
 			return nil, nil, err
 		}

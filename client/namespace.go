@@ -58,18 +58,43 @@ func (c *Client) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (*mdspb
 	return r.GetAttr(), err
 }
 
-// CreateIn creates a regular file name in parent. With exclusive false an
+// CreateOptions are the attributes of a new inode: CreateIn,
+// CreateFileIn, MknodIn, MkdirIn and SymlinkIn take them.
+type CreateOptions struct {
+	// Mode holds the permission bits; for MknodIn also the file type
+	// (a FIFO, a socket, a block or character device).
+	Mode uint32
+	// UID and GID own the new inode.
+	UID, GID uint32
+	// Exclusive has CreateIn and CreateFileIn fail with errs.ErrExists
+	// when name exists; without it an existing regular file is returned.
+	// MknodIn, MkdirIn and SymlinkIn are always exclusive.
+	Exclusive bool
+	// Rdev is the device number of a block or character device made by
+	// MknodIn (Linux's st_rdev encoding).
+	Rdev uint32
+}
+
+// createRequest is the MDS request of a create of name in parent with
+// mode (type and permission bits) and o's owner; o.Rdev is MknodIn's.
+func (o CreateOptions) createRequest(parent uint64, name string, mode uint32, exclusive bool) *mdspb.CreateRequest {
+	return &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: mode, Uid: o.UID, Gid: o.GID, Exclusive: exclusive}
+}
+
+// CreateIn creates a regular file name in parent. Without o.Exclusive an
 // existing regular file is returned instead.
-func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, exclusive bool) (*mdspb.Attr, error) {
-	r, err := c.mds.Create(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFREG | mode&0o7777, Uid: uid, Gid: gid, Exclusive: exclusive})
+func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*mdspb.Attr, error) {
+	r, err := c.mds.Create(c.nsCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
 	return r.GetAttr(), err
 }
 
 // MknodIn makes a special file name in parent, as mknod(2): a FIFO, a
 // socket, or (for root) a block or character device with device number
-// rdev (Linux's st_rdev encoding). mode holds the type and permission bits.
-func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, mode, rdev, uid, gid uint32) (*mdspb.Attr, error) {
-	r, err := c.mds.Create(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: mode, Rdev: rdev, Uid: uid, Gid: gid, Exclusive: true})
+// o.Rdev. o.Mode holds the type and permission bits.
+func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*mdspb.Attr, error) {
+	req := o.createRequest(parent, name, o.Mode, true)
+	req.Rdev = o.Rdev
+	r, err := c.mds.Create(c.nsCtx(ctx), req)
 	return r.GetAttr(), err
 }
 
@@ -94,14 +119,15 @@ func (c *Client) SyncNamespace(ctx context.Context) error {
 }
 
 // MkdirIn creates directory name in parent.
-func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*mdspb.Attr, error) {
-	r, err := c.mds.Mkdir(c.nsCtx(ctx), &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: sIFDIR | mode&0o7777, Uid: uid, Gid: gid, Exclusive: true})
+func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*mdspb.Attr, error) {
+	r, err := c.mds.Mkdir(c.nsCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
 	return r.GetAttr(), err
 }
 
-// SymlinkIn creates symlink name -> target in parent.
-func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (*mdspb.Attr, error) {
-	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: uid, Gid: gid})
+// SymlinkIn creates symlink name -> target in parent, owned by o.UID and
+// o.GID (the other options do not apply).
+func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, o CreateOptions) (*mdspb.Attr, error) {
+	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
 	return r.GetAttr(), err
 }
 
@@ -250,7 +276,7 @@ func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.MkdirIn(ctx, parent, name, mode, 0, 0)
+	_, err = c.MkdirIn(ctx, parent, name, CreateOptions{Mode: mode})
 	return err
 }
 
@@ -264,7 +290,7 @@ func (c *Client) MkdirAll(ctx context.Context, p string, mode uint32) error {
 	for _, name := range parts {
 		a, err := c.Lookup(ctx, ino, name)
 		if err != nil {
-			if a, err = c.MkdirIn(ctx, ino, name, mode, 0, 0); err != nil {
+			if a, err = c.MkdirIn(ctx, ino, name, CreateOptions{Mode: mode}); err != nil {
 				return fmt.Errorf("mkdir %s: %w", name, err)
 			}
 		}
@@ -282,7 +308,7 @@ func (c *Client) Create(ctx context.Context, p string, mode uint32) (*File, erro
 	if err != nil {
 		return nil, err
 	}
-	f, _, err := c.CreateFileIn(ctx, parent, name, mode, 0, 0, false)
+	f, _, err := c.CreateFileIn(ctx, parent, name, CreateOptions{Mode: mode})
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +390,7 @@ func (c *Client) Symlink(ctx context.Context, target, p string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.SymlinkIn(ctx, parent, name, target, 0, 0)
+	_, err = c.SymlinkIn(ctx, parent, name, target, CreateOptions{})
 	return err
 }
 

@@ -296,7 +296,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	excl := flags&syscall.O_EXCL != 0
 	// Create and open in one MDS call; the File joins the mount's table
 	// of open files (or is dropped for the one already there).
-	f, a, err := n.m.c.CreateFileIn(ctx, n.ino(), name, mode, uid, gid, excl)
+	f, a, err := n.m.c.CreateFileIn(ctx, n.ino(), name, client.CreateOptions{Mode: mode, UID: uid, GID: gid, Exclusive: excl})
 	a, errno := n.m.attrOf("create", n.ino(), a, err)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -327,7 +327,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 	if sgid {
 		mode |= syscall.S_ISGID
 	}
-	a, err := n.m.c.MkdirIn(ctx, n.ino(), name, mode, uid, gid)
+	a, err := n.m.c.MkdirIn(ctx, n.ino(), name, client.CreateOptions{Mode: mode, UID: uid, GID: gid})
 	a, errno := n.m.attrOf("mkdir", n.ino(), a, err)
 	if errno != 0 {
 		return nil, errno
@@ -341,17 +341,19 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
+	o := client.CreateOptions{Mode: mode, UID: uid, GID: gid, Exclusive: true}
 	var a *mdspb.Attr
 	var err error
 	switch typeBits(mode) {
 	case 0, syscall.S_IFREG:
-		a, err = n.m.c.CreateIn(ctx, n.ino(), name, mode, uid, gid, true)
+		a, err = n.m.c.CreateIn(ctx, n.ino(), name, o)
 	case syscall.S_IFIFO, syscall.S_IFSOCK:
-		a, err = n.m.c.MknodIn(ctx, n.ino(), name, mode, 0, uid, gid)
+		a, err = n.m.c.MknodIn(ctx, n.ino(), name, o)
 	case syscall.S_IFBLK, syscall.S_IFCHR:
 		// The kernel let only a caller with CAP_MKNOD this far; the MDS
 		// checks the caller is root.
-		a, err = n.m.c.MknodIn(ctx, n.ino(), name, mode, dev, uid, gid)
+		o.Rdev = dev
+		a, err = n.m.c.MknodIn(ctx, n.ino(), name, o)
 	default:
 		return nil, syscall.EINVAL
 	}
@@ -366,7 +368,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
-	a, err := n.m.c.SymlinkIn(ctx, n.ino(), name, target, uid, gid)
+	a, err := n.m.c.SymlinkIn(ctx, n.ino(), name, target, client.CreateOptions{UID: uid, GID: gid})
 	a, errno := n.m.attrOf("symlink", n.ino(), a, err)
 	if errno != 0 {
 		return nil, errno

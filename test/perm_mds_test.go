@@ -124,9 +124,9 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 	must(err)
 	chmod(secret.GetIno(), 0o600)
 	chmod(pub.GetIno(), 0o644)
-	mine, err := root.CreateIn(ctx, client.RootIno, "mine", 0o644, 1000, 1000, true)
+	mine, err := root.CreateIn(ctx, client.RootIno, "mine", client.CreateOptions{Mode: 0o644, UID: 1000, GID: 1000, Exclusive: true})
 	must(err)
-	sticky, err := root.MkdirIn(ctx, client.RootIno, "tmp", 0o1777, 0, 0)
+	sticky, err := root.MkdirIn(ctx, client.RootIno, "tmp", client.CreateOptions{Mode: 0o1777})
 	must(err)
 	chmod(sticky.GetIno(), 0o1777)
 	for _, ino := range []uint64{secret.GetIno(), pub.GetIno(), sticky.GetIno()} {
@@ -167,7 +167,7 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 	lo := &mdspb.Layout{K: 2, M: 1, Unit: 4096}
 	_, layoutDir := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: client.RootIno, Layout: lo})
 	_, layoutPub := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: pub.GetIno(), Layout: lo})
-	own, err := root.CreateIn(ctx, client.RootIno, "own-empty", 0o644, 1000, 1000, true)
+	own, err := root.CreateIn(ctx, client.RootIno, "own-empty", client.CreateOptions{Mode: 0o644, UID: 1000, GID: 1000, Exclusive: true})
 	must(err)
 	_, layoutOwn := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: own.GetIno(), Layout: lo})
 

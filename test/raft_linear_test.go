@@ -194,7 +194,7 @@ func linClient(ctx context.Context, h *linHistory, c *client.Client, dir uint64,
 		switch in.kind {
 		case linCreate:
 			var a interface{ GetIno() uint64 }
-			a, err = c.CreateIn(cctx, dir, name(in.name), 0o644, 0, 0, true)
+			a, err = c.CreateIn(cctx, dir, name(in.name), client.CreateOptions{Mode: 0o644, Exclusive: true})
 			if err == nil {
 				out.ok, out.ino = true, a.GetIno()
 			} else if errors.Is(err, errs.ErrExists) {

@@ -74,7 +74,7 @@ type libFS struct {
 }
 
 func (l libFS) create(ctx context.Context, name string, data []byte) error {
-	f, _, err := l.c.CreateFileIn(ctx, l.dir, name, 0o644, 0, 0, true)
+	f, _, err := l.c.CreateFileIn(ctx, l.dir, name, client.CreateOptions{Mode: 0o644, Exclusive: true})
 	if err != nil {
 		return err
 	}

@@ -96,7 +96,7 @@ func TestSecurityTLS(t *testing.T) {
 func writeTestFile(t *testing.T, cl *cluster.Cluster, c *client.Client, name string, data []byte) *mdspb.GetExtentsReply {
 	t.Helper()
 	ctx := context.Background()
-	f, _, err := c.CreateFileIn(ctx, client.RootIno, name, 0o644, 0, 0, true)
+	f, _, err := c.CreateFileIn(ctx, client.RootIno, name, client.CreateOptions{Mode: 0o644, Exclusive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func TestSecurityPermissions(t *testing.T) {
 		Identity: mds.IdentityOptions{Squash: []string{"squashed"}}})
 	ctx := context.Background()
 	root := cl.Client()
-	if _, err := root.MkdirIn(ctx, client.RootIno, "private", 0o700, 0, 0); err != nil {
+	if _, err := root.MkdirIn(ctx, client.RootIno, "private", client.CreateOptions{Mode: 0o700}); err != nil {
 		t.Fatal(err)
 	}
 	a := writeTestFile(t, cl, root, "secret", []byte("root only"))
@@ -489,7 +489,7 @@ func TestSecurityPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := client.WithUser(ctx, client.User{UID: 1000, GID: 1000})
-	if _, err := root.MkdirIn(user, client.RootIno, "nope", 0o755, 1000, 1000); !errors.Is(err, errs.ErrPermission) {
+	if _, err := root.MkdirIn(user, client.RootIno, "nope", client.CreateOptions{Mode: 0o755, UID: 1000, GID: 1000}); !errors.Is(err, errs.ErrPermission) {
 		t.Errorf("uid 1000 mkdir in a 0755 root-owned directory: %v", err)
 	}
 	priv, err := root.Lookup(ctx, client.RootIno, "private")

@@ -105,7 +105,7 @@ func (s *Store) readSmallFile(ctx context.Context, ino uint64, limit int64) ([]b
 // writeNewFile creates name in parent (failing if it exists) with data,
 // durably.
 func (s *Store) writeNewFile(ctx context.Context, parent uint64, name string, data []byte) error {
-	a, err := s.c.CreateIn(ctx, parent, name, fileMode, 0, 0, true)
+	a, err := s.c.CreateIn(ctx, parent, name, client.CreateOptions{Mode: fileMode, Exclusive: true})
 	if err != nil {
 		return err
 	}

@@ -133,7 +133,7 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 	}
 
 	staging := stagingName(step)
-	st, err := s.c.MkdirIn(ctx, jobIno, staging, dirMode, 0, 0)
+	st, err := s.c.MkdirIn(ctx, jobIno, staging, client.CreateOptions{Mode: dirMode})
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: staging directory: %w", err)
 	}
@@ -550,7 +550,7 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: %w", err)
 	}
-	a, err := s.c.CreateIn(ctx, dir, sh.Name, fileMode, 0, 0, true)
+	a, err := s.c.CreateIn(ctx, dir, sh.Name, client.CreateOptions{Mode: fileMode, Exclusive: true})
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: create shard %q: %w", sh.Name, err)
 	}

@@ -196,7 +196,7 @@ func (a *apiFS) MetaCreate(p string) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.c.CreateIn(a.ctx, d, name, 0o644, 0, 0, true)
+	_, err = a.c.CreateIn(a.ctx, d, name, client.CreateOptions{Mode: 0o644, Exclusive: true})
 	return err
 }
 func (a *apiFS) MetaStat(p string) error {
