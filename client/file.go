@@ -86,7 +86,7 @@ func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open inode %d: %w", ino, err)
 	}
-	f, err := c.newFile(ctx, ino, h, r.GetAttr(), r.GetExtents())
+	f, err := c.newFile(ctx, ino, h, attrOf(r.GetAttr()), r.GetExtents())
 	if err != nil {
 		c.releaseHandle(ctx, h)
 		return nil, fmt.Errorf("open inode %d: %w", ino, err)
@@ -97,7 +97,7 @@ func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
 // CreateFileIn creates the regular file name in parent as CreateIn does
 // and opens it in the same MDS call: one round trip instead of three. A
 // non-exclusive create that finds a regular file opens it.
-func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*File, *mdspb.Attr, error) {
+func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*File, *Attr, error) {
 	h := &handle{}
 	id := c.sessionID()
 	req := o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive)
@@ -111,30 +111,30 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 		if err != nil {
 			return nil, nil, err
 		}
-		f, err := c.OpenIno(ctx, a.GetIno())
+		f, err := c.OpenIno(ctx, a.Ino)
 		return f, a, err
 	case err != nil:
 		return nil, nil, err
 	}
-	a := reply.GetAttr()
+	ino, a := reply.GetAttr().GetIno(), attrOf(reply.GetAttr())
 	c.sess.mu.Lock()
 	if c.sess.mu.id != id {
 		// The session was replaced during the call: the handle went with
 		// the old one. Open the created file in the new session.
 		c.sess.mu.Unlock()
-		f, err := c.OpenIno(ctx, a.GetIno())
+		f, err := c.OpenIno(ctx, ino)
 		return f, a, err
 	}
-	h.ino, h.session, h.id = a.GetIno(), id, reply.GetHandle()
+	h.ino, h.session, h.id = ino, id, reply.GetHandle()
 	c.sess.mu.opens[h] = struct{}{}
 	c.sess.mu.Unlock()
 	if !reply.GetCreated() {
 		// An existing file: its extent map is not in the reply.
 		c.releaseHandle(ctx, h)
-		f, err := c.OpenIno(ctx, a.GetIno())
+		f, err := c.OpenIno(ctx, ino)
 		return f, a, err
 	}
-	f, err := c.newFile(ctx, a.GetIno(), h, a, nil)
+	f, err := c.newFile(ctx, ino, h, a, nil)
 	if err != nil {
 		c.releaseHandle(ctx, h)
 		return nil, nil, fmt.Errorf("create %q: %w", name, err)
@@ -144,17 +144,17 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 
 // newFile makes the File of regular file ino, open as h, from its
 // attributes and extent map.
-func (c *Client) newFile(ctx context.Context, ino uint64, h *handle, a *mdspb.Attr, refs []*mdspb.ExtentRef) (*File, error) {
+func (c *Client) newFile(ctx context.Context, ino uint64, h *handle, a *Attr, refs []*mdspb.ExtentRef) (*File, error) {
 	if a == nil {
 		return nil, fmt.Errorf("the MDS sent no attributes: %w", errs.ErrCorrupt)
 	}
-	if a.GetMode()&sIFMT == sIFDIR {
+	if a.Mode&sIFMT == sIFDIR {
 		return nil, errs.ErrIsDir
 	}
-	if a.GetMode()&sIFMT != sIFREG {
+	if a.Mode&sIFMT != sIFREG {
 		return nil, fmt.Errorf("not a regular file: %w", errs.ErrInvalid)
 	}
-	lo, err := layoutOf(a.GetLayout())
+	lo, err := layoutOf(a.Layout)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (c *Client) newFile(ctx context.Context, ino uint64, h *handle, a *mdspb.At
 	f := &File{
 		c: c, ino: ino, lo: lo, extMax: int64(c.opts.ExtentRows) * lo.RowData(),
 		ctx: fctx, cancel: cancel, handle: h,
-		ext: extentMap(refs), size: int64(a.GetSize()),
+		ext: extentMap(refs), size: int64(a.Size),
 	}
 	f.cond = sync.NewCond(&f.mu)
 	f.rows.init(c.opts.ReadCacheRows)
@@ -704,7 +704,7 @@ func (rc *rowCache) prefetch(ctx context.Context, c *Client, ext *mdspb.Extent, 
 // relatimeDue reports whether a read should update atime, by Linux's
 // relatime rules: atime is not newer than mtime or ctime, or is more than a
 // day old.
-func relatimeDue(a *mdspb.Attr, now time.Time) bool {
-	at := a.GetAtimeNs()
-	return at <= a.GetMtimeNs() || at <= a.GetCtimeNs() || now.UnixNano()-at > int64(24*time.Hour)
+func relatimeDue(a *Attr, now time.Time) bool {
+	at := a.AtimeNs
+	return at <= a.MtimeNs || at <= a.CtimeNs || now.UnixNano()-at > int64(24*time.Hour)
 }

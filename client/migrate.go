@@ -55,8 +55,8 @@ func (c *Client) Migrate(ctx context.Context, p string, to *mdspb.Layout, progre
 		if !IsRegular(a) {
 			return nil, fmt.Errorf("migrate %s: not a regular file: %w", p, errs.ErrInvalid)
 		}
-		res.Ino, res.From = a.GetIno(), a.GetLayout()
-		if sameLayout(a.GetLayout(), to) {
+		res.Ino, res.From = a.Ino, a.Layout
+		if sameLayout(a.Layout, to) {
 			res.Unchanged = true
 			return res, nil
 		}
@@ -78,12 +78,9 @@ func sameLayout(a, b *mdspb.Layout) bool {
 		sameCompression(a.GetCompression(), b.GetCompression()) // compress.go
 }
 
-// IsRegular reports whether a is a regular file's.
-func IsRegular(a *mdspb.Attr) bool { return a.GetMode()&sIFMT == sIFREG }
-
 // migrateOnce makes one copy of file a (entered as name in parent) in
 // layout to and swaps it in. It returns the bytes copied.
-func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a *mdspb.Attr, to *mdspb.Layout, progress func(int64)) (int64, error) {
+func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a *Attr, to *mdspb.Layout, progress func(int64)) (int64, error) {
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return 0, err
@@ -94,7 +91,7 @@ func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a 
 	}
 	cr, err := c.mds.Create(ctx, &mdspb.CreateRequest{
 		Parent: parent, Name: []byte(tmpName), Mode: sIFREG | 0o600,
-		Uid: a.GetUid(), Gid: a.GetGid(), Exclusive: true, Layout: to,
+		Uid: a.UID, Gid: a.GID, Exclusive: true, Layout: to,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("migrate %s: create the copy: %w", name, err)
@@ -104,7 +101,7 @@ func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a 
 	defer func() {
 		if !committed {
 			if err := c.UnlinkIn(context.WithoutCancel(ctx), parent, tmpName); err != nil && !errors.Is(err, errs.ErrNotFound) {
-				c.log.Warn("remove the copy of a failed migration", "ino", a.GetIno(), "name", tmpName, "err", err)
+				c.log.Warn("remove the copy of a failed migration", "ino", a.Ino, "name", tmpName, "err", err)
 			}
 		}
 	}()
@@ -113,8 +110,8 @@ func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a 
 		return n, fmt.Errorf("migrate %s: copy: %w", name, err)
 	}
 	_, err = c.mds.MigrateCommit(ctx, &mdspb.MigrateCommitRequest{
-		SrcIno: a.GetIno(), TmpParent: parent, TmpName: []byte(tmpName), TmpIno: tmpIno,
-		ExpectSize: a.GetSize(), ExpectMtimeNs: a.GetMtimeNs(), ExpectCtimeNs: a.GetCtimeNs(),
+		SrcIno: a.Ino, TmpParent: parent, TmpName: []byte(tmpName), TmpIno: tmpIno,
+		ExpectSize: a.Size, ExpectMtimeNs: a.MtimeNs, ExpectCtimeNs: a.CtimeNs,
 	})
 	if err != nil {
 		return n, err
@@ -125,8 +122,8 @@ func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a 
 
 // copyMapped copies the mapped ranges of file a (as its extent map says
 // now) into file dst, gives dst a's size, and makes it durable.
-func (c *Client) copyMapped(ctx context.Context, a *mdspb.Attr, dst uint64, progress func(int64)) (int64, error) {
-	src, err := c.OpenIno(ctx, a.GetIno())
+func (c *Client) copyMapped(ctx context.Context, a *Attr, dst uint64, progress func(int64)) (int64, error) {
+	src, err := c.OpenIno(ctx, a.Ino)
 	if err != nil {
 		return 0, err
 	}
@@ -139,7 +136,7 @@ func (c *Client) copyMapped(ctx context.Context, a *mdspb.Attr, dst uint64, prog
 	src.mu.Lock()
 	refs := append([]*mdspb.ExtentRef(nil), src.ext...)
 	src.mu.Unlock()
-	size := int64(a.GetSize())
+	size := int64(a.Size)
 	buf := make([]byte, migratePiece)
 	var copied int64
 	for _, r := range refs {

@@ -32,30 +32,27 @@ const (
 // MaxNameLen is the longest name in a directory.
 const MaxNameLen = 255
 
-// IsDir reports whether a is a directory.
-func IsDir(a *mdspb.Attr) bool { return a.GetMode()&sIFMT == sIFDIR }
-
 // The inode-level calls below are what the FUSE file system uses; each is
 // one MDS RPC.
 
 // Lookup finds name in directory parent.
-func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*mdspb.Attr, error) {
+func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*Attr, error) {
 	r, err := c.mds.Lookup(ctx, &mdspb.LookupRequest{Parent: parent, Name: []byte(name)})
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // GetAttr returns the attributes of ino.
-func (c *Client) GetAttr(ctx context.Context, ino uint64) (*mdspb.Attr, error) {
+func (c *Client) GetAttr(ctx context.Context, ino uint64) (*Attr, error) {
 	r, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: ino})
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
-// SetAttr changes the attributes named by req.Valid. A size change of an
-// open file must go through File.Truncate instead, so that its buffers
-// agree.
-func (c *Client) SetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (*mdspb.Attr, error) {
-	r, err := c.mds.SetAttr(c.nsCtx(ctx), req)
-	return r.GetAttr(), err
+// SetAttr changes the attributes of ino that s.Valid names. A size
+// change of an open file must go through File.Truncate instead, so that
+// its buffers agree.
+func (c *Client) SetAttr(ctx context.Context, ino uint64, s SetAttrs) (*Attr, error) {
+	r, err := c.mds.SetAttr(c.nsCtx(ctx), s.request(ino))
+	return attrOf(r.GetAttr()), err
 }
 
 // CreateOptions are the attributes of a new inode: CreateIn,
@@ -83,19 +80,19 @@ func (o CreateOptions) createRequest(parent uint64, name string, mode uint32, ex
 
 // CreateIn creates a regular file name in parent. Without o.Exclusive an
 // existing regular file is returned instead.
-func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*mdspb.Attr, error) {
+func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	r, err := c.mds.Create(c.nsCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // MknodIn makes a special file name in parent, as mknod(2): a FIFO, a
 // socket, or (for root) a block or character device with device number
 // o.Rdev. o.Mode holds the type and permission bits.
-func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*mdspb.Attr, error) {
+func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	req := o.createRequest(parent, name, o.Mode, true)
 	req.Rdev = o.Rdev
 	r, err := c.mds.Create(c.nsCtx(ctx), req)
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // nsCtx marks ctx for an early reply to a namespace change when the
@@ -119,16 +116,16 @@ func (c *Client) SyncNamespace(ctx context.Context) error {
 }
 
 // MkdirIn creates directory name in parent.
-func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*mdspb.Attr, error) {
+func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	r, err := c.mds.Mkdir(c.nsCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // SymlinkIn creates symlink name -> target in parent, owned by o.UID and
 // o.GID (the other options do not apply).
-func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, o CreateOptions) (*mdspb.Attr, error) {
+func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, o CreateOptions) (*Attr, error) {
 	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // Readlink returns the target of symlink ino.
@@ -138,9 +135,9 @@ func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
 }
 
 // LinkIn makes a hard link to ino named name in parent.
-func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*mdspb.Attr, error) {
+func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*Attr, error) {
 	r, err := c.mds.Link(c.nsCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // UnlinkIn removes the non-directory name from parent.
@@ -155,28 +152,29 @@ func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error 
 	return err
 }
 
-// RenameIn renames, with flags a mask of mdspb.RenameFlags.
-func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
-	_, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: flags})
+// RenameIn renames oldName in oldParent to newName in newParent, as
+// renameat2(2) with flags.
+func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags RenameFlags) error {
+	_, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
 	return err
 }
 
 // ReadDirPage returns up to limit entries of directory ino after the name
 // after, and whether the listing is complete.
-func (c *Client) ReadDirPage(ctx context.Context, ino uint64, after string, limit int) ([]*mdspb.DirEntry, bool, error) {
+func (c *Client) ReadDirPage(ctx context.Context, ino uint64, after string, limit int) ([]DirEntry, bool, error) {
 	r, err := c.mds.ReadDir(ctx, &mdspb.ReadDirRequest{Ino: ino, After: []byte(after), Limit: uint32(limit)})
-	return r.GetEntries(), r.GetEof(), err
+	return dirEntriesOf(r.GetEntries()), r.GetEof(), err
 }
 
 // ReadDirPlusPage is ReadDirPage with each entry's attributes.
-func (c *Client) ReadDirPlusPage(ctx context.Context, ino uint64, after string, limit int) ([]*mdspb.DirEntry, bool, error) {
+func (c *Client) ReadDirPlusPage(ctx context.Context, ino uint64, after string, limit int) ([]DirEntry, bool, error) {
 	r, err := c.mds.ReadDir(ctx, &mdspb.ReadDirRequest{Ino: ino, After: []byte(after), Limit: uint32(limit), Plus: true})
-	return r.GetEntries(), r.GetEof(), err
+	return dirEntriesOf(r.GetEntries()), r.GetEof(), err
 }
 
 // ReadDirIno returns every entry of directory ino.
-func (c *Client) ReadDirIno(ctx context.Context, ino uint64) ([]*mdspb.DirEntry, error) {
-	var all []*mdspb.DirEntry
+func (c *Client) ReadDirIno(ctx context.Context, ino uint64) ([]DirEntry, error) {
+	var all []DirEntry
 	after := ""
 	for {
 		es, eof, err := c.ReadDirPage(ctx, ino, after, 0)
@@ -187,13 +185,17 @@ func (c *Client) ReadDirIno(ctx context.Context, ino uint64) ([]*mdspb.DirEntry,
 		if eof || len(es) == 0 {
 			return all, nil
 		}
-		after = string(es[len(es)-1].GetName())
+		after = es[len(es)-1].Name
 	}
 }
 
 // StatFs returns the cluster's capacity.
-func (c *Client) StatFs(ctx context.Context) (*mdspb.StatFsReply, error) {
-	return c.mds.StatFs(ctx, &mdspb.StatFsRequest{})
+func (c *Client) StatFs(ctx context.Context) (*StatFs, error) {
+	r, err := c.mds.StatFs(ctx, &mdspb.StatFsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return &StatFs{TotalBytes: r.GetTotalBytes(), FreeBytes: r.GetFreeBytes(), Files: r.GetFiles(), OSTsUp: int(r.GetOstsUp()), OSTsTotal: int(r.GetOstsTotal())}, nil
 }
 
 // The path calls below resolve slash-separated paths from the root. They
@@ -215,7 +217,7 @@ func splitPath(p string) ([]string, error) {
 }
 
 // resolve returns the attributes of path p.
-func (c *Client) resolve(ctx context.Context, p string) (*mdspb.Attr, error) {
+func (c *Client) resolve(ctx context.Context, p string) (*Attr, error) {
 	parts, err := splitPath(p)
 	if err != nil {
 		return nil, err
@@ -228,7 +230,7 @@ func (c *Client) resolve(ctx context.Context, p string) (*mdspb.Attr, error) {
 		if !IsDir(a) {
 			return nil, fmt.Errorf("not a directory: /%s: %w", strings.Join(parts[:i], "/"), errs.ErrNotDir)
 		}
-		if a, err = c.Lookup(ctx, a.GetIno(), name); err != nil {
+		if a, err = c.Lookup(ctx, a.Ino, name); err != nil {
 			if errors.Is(err, errs.ErrNotFound) {
 				return nil, &NotFoundError{Path: "/" + strings.Join(parts[:i+1], "/")}
 			}
@@ -264,11 +266,11 @@ func (c *Client) resolveParent(ctx context.Context, p string) (uint64, string, e
 	if !IsDir(dir) {
 		return 0, "", fmt.Errorf("%s: %w", p, errs.ErrNotDir)
 	}
-	return dir.GetIno(), parts[len(parts)-1], nil
+	return dir.Ino, parts[len(parts)-1], nil
 }
 
 // Stat returns the attributes of path p.
-func (c *Client) Stat(ctx context.Context, p string) (*mdspb.Attr, error) { return c.resolve(ctx, p) }
+func (c *Client) Stat(ctx context.Context, p string) (*Attr, error) { return c.resolve(ctx, p) }
 
 // Mkdir creates directory p.
 func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
@@ -297,7 +299,7 @@ func (c *Client) MkdirAll(ctx context.Context, p string, mode uint32) error {
 		if !IsDir(a) {
 			return fmt.Errorf("%s: %w", name, errs.ErrNotDir)
 		}
-		ino = a.GetIno()
+		ino = a.Ino
 	}
 	return nil
 }
@@ -327,11 +329,11 @@ func (c *Client) Open(ctx context.Context, p string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.OpenIno(ctx, a.GetIno())
+	return c.OpenIno(ctx, a.Ino)
 }
 
 // ReadDir lists directory p.
-func (c *Client) ReadDir(ctx context.Context, p string) ([]*mdspb.DirEntry, error) {
+func (c *Client) ReadDir(ctx context.Context, p string) ([]DirEntry, error) {
 	a, err := c.resolve(ctx, p)
 	if err != nil {
 		return nil, err
@@ -339,7 +341,7 @@ func (c *Client) ReadDir(ctx context.Context, p string) ([]*mdspb.DirEntry, erro
 	if !IsDir(a) {
 		return nil, fmt.Errorf("%s: %w", p, errs.ErrNotDir)
 	}
-	return c.ReadDirIno(ctx, a.GetIno())
+	return c.ReadDirIno(ctx, a.Ino)
 }
 
 // Remove removes the file, symlink or empty directory p.
@@ -380,7 +382,7 @@ func (c *Client) Truncate(ctx context.Context, p string, size int64) error {
 	if size < 0 || size > MaxFileSize {
 		return fmt.Errorf("truncate %s to %d: %w", p, size, errs.ErrInvalid)
 	}
-	_, err = c.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: a.GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_SIZE), Size: uint64(size)})
+	_, err = c.SetAttr(ctx, a.Ino, SetAttrs{Valid: SetSize, Size: uint64(size)})
 	return err
 }
 
@@ -404,6 +406,6 @@ func (c *Client) Link(ctx context.Context, oldPath, newPath string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.LinkIn(ctx, a.GetIno(), parent, name)
+	_, err = c.LinkIn(ctx, a.Ino, parent, name)
 	return err
 }

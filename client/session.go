@@ -259,45 +259,35 @@ func (c *Client) Abandon() {
 	})
 }
 
-// Lock kinds and types, for SetLock and GetLock.
-const (
-	LockPOSIX = mdspb.LockKind_LOCK_KIND_POSIX
-	LockFlock = mdspb.LockKind_LOCK_KIND_FLOCK
-
-	LockRead   = mdspb.LockType_LOCK_TYPE_READ
-	LockWrite  = mdspb.LockType_LOCK_TYPE_WRITE
-	LockUnlock = mdspb.LockType_LOCK_TYPE_UNLOCK
-)
-
 // SetLock sets, changes or releases (type LockUnlock) a lock of owner (an
 // id the caller chooses: FUSE's lock owner) on the bytes [l.Start, l.End]
 // of ino, which this client must have open (unlocking needs no open
 // file). It never waits: when another owner's lock is in the way it
 // returns false and that lock.
-func (c *Client) SetLock(ctx context.Context, ino, owner uint64, l *mdspb.FileLock) (bool, *mdspb.FileLock, error) {
+func (c *Client) SetLock(ctx context.Context, ino, owner uint64, l *FileLock) (bool, *FileLock, error) {
 	var r *mdspb.SetLockReply
 	err := c.withSession(ctx, func(id uint64) error {
 		var err error
-		r, err = c.mds.SetLock(ctx, &mdspb.LockRequest{Session: id, Ino: ino, Owner: owner, Lock: l})
+		r, err = c.mds.SetLock(ctx, &mdspb.LockRequest{Session: id, Ino: ino, Owner: owner, Lock: l.wire()})
 		return err
 	})
 	if err != nil {
 		return false, nil, fmt.Errorf("lock inode %d: %w", ino, err)
 	}
-	return r.GetGranted(), r.GetConflict(), nil
+	return r.GetGranted(), fileLockOf(r.GetConflict()), nil
 }
 
 // GetLock returns a lock of another owner that stands in the way of l
 // (F_GETLK), or nil.
-func (c *Client) GetLock(ctx context.Context, ino, owner uint64, l *mdspb.FileLock) (*mdspb.FileLock, error) {
+func (c *Client) GetLock(ctx context.Context, ino, owner uint64, l *FileLock) (*FileLock, error) {
 	var r *mdspb.GetLockReply
 	err := c.withSession(ctx, func(id uint64) error {
 		var err error
-		r, err = c.mds.GetLock(ctx, &mdspb.LockRequest{Session: id, Ino: ino, Owner: owner, Lock: l})
+		r, err = c.mds.GetLock(ctx, &mdspb.LockRequest{Session: id, Ino: ino, Owner: owner, Lock: l.wire()})
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("test lock on inode %d: %w", ino, err)
 	}
-	return r.GetConflict(), nil
+	return fileLockOf(r.GetConflict()), nil
 }

@@ -18,9 +18,9 @@ const (
 
 // SetXattr sets the extended attribute name of ino to value and returns
 // the inode's new attributes (its ctime changes).
-func (c *Client) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) (*mdspb.Attr, error) {
+func (c *Client) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) (*Attr, error) {
 	r, err := c.mds.SetXattr(c.nsCtx(ctx), &mdspb.SetXattrRequest{Ino: ino, Name: []byte(name), Value: value, Flags: flags})
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }
 
 // GetXattr returns the value of the extended attribute name of ino;
@@ -48,7 +48,7 @@ func (c *Client) ListXattr(ctx context.Context, ino uint64) ([]string, error) {
 
 // RemoveXattr removes the extended attribute name of ino and returns the
 // inode's new attributes; errs.ErrNoData if it is not set.
-func (c *Client) RemoveXattr(ctx context.Context, ino uint64, name string) (*mdspb.Attr, error) {
+func (c *Client) RemoveXattr(ctx context.Context, ino uint64, name string) (*Attr, error) {
 	r, err := c.mds.RemoveXattr(c.nsCtx(ctx), &mdspb.RemoveXattrRequest{Ino: ino, Name: []byte(name)})
-	return r.GetAttr(), err
+	return attrOf(r.GetAttr()), err
 }

@@ -5,7 +5,7 @@ import (
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/client"
 )
 
 // blockSize is the st_blksize reported for every inode: the preferred I/O
@@ -15,18 +15,18 @@ import (
 const blockSize = 1 << 20
 
 // fillAttr converts Shoal attributes to FUSE attributes. a must not be nil.
-func fillAttr(a *mdspb.Attr, out *gofuse.Attr) {
-	out.Ino = a.GetIno()
-	out.Size = a.GetSize()
-	out.Blocks = (a.GetSize() + 511) / 512
-	out.Atime, out.Atimensec = splitNs(a.GetAtimeNs())
-	out.Mtime, out.Mtimensec = splitNs(a.GetMtimeNs())
-	out.Ctime, out.Ctimensec = splitNs(a.GetCtimeNs())
-	out.Mode = a.GetMode()
-	out.Nlink = a.GetNlink()
-	out.Uid = a.GetUid()
-	out.Gid = a.GetGid()
-	out.Rdev = a.GetRdev()
+func fillAttr(a *client.Attr, out *gofuse.Attr) {
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = (a.Size + 511) / 512
+	out.Atime, out.Atimensec = splitNs(a.AtimeNs)
+	out.Mtime, out.Mtimensec = splitNs(a.MtimeNs)
+	out.Ctime, out.Ctimensec = splitNs(a.CtimeNs)
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid = a.UID
+	out.Gid = a.GID
+	out.Rdev = a.Rdev
 	out.Blksize = blockSize
 }
 

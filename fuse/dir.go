@@ -8,7 +8,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/shoalfs/shoal/mds/mdspb"
+	"github.com/shoalfs/shoal/client"
 )
 
 // dirPage is how many entries one ReadDir RPC asks for. The kernel reads a
@@ -27,12 +27,12 @@ type dirHandle struct {
 
 	mu    sync.Mutex
 	pos   uint64            // entries returned so far (the offset of the last one)
-	page  []*mdspb.DirEntry // fetched, not yet returned
+	page  []client.DirEntry // fetched, not yet returned
 	after string            // the last name fetched from the MDS
 	eof   bool              // the MDS has no names after `after`
 	// last is the entry returned last, with its attributes, so that
 	// READDIRPLUS's lookup of it costs no RPC.
-	last *mdspb.DirEntry
+	last *client.DirEntry
 }
 
 var (
@@ -83,15 +83,15 @@ func (d *dirHandle) nextLocked(ctx context.Context) (*gofuse.DirEntry, syscall.E
 		}
 		d.page, d.eof = es, eof || len(es) == 0
 		if len(es) > 0 {
-			d.after = string(es[len(es)-1].GetName())
+			d.after = es[len(es)-1].Name
 		}
 	}
 	e := d.page[0]
-	d.page[0] = nil
+	d.page[0] = client.DirEntry{}
 	d.page = d.page[1:]
 	d.pos++
-	d.last = e
-	return &gofuse.DirEntry{Name: string(e.GetName()), Ino: e.GetIno(), Mode: typeBits(e.GetMode()), Off: d.pos}, 0
+	d.last = &e
+	return &gofuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Mode), Off: d.pos}, 0
 }
 
 // Lookup serves READDIRPLUS's lookup of the entry just returned from the
@@ -101,10 +101,10 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 	d.mu.Lock()
 	e := d.last
 	d.mu.Unlock()
-	if e == nil || e.GetAttr() == nil || string(e.GetName()) != name {
+	if e == nil || e.Attr == nil || e.Name != name {
 		return d.n.Lookup(ctx, name, out)
 	}
-	return d.n.newChild(d.n.m.detach(ctx), e.GetAttr(), out), 0
+	return d.n.newChild(d.n.m.detach(ctx), e.Attr, out), 0
 }
 
 // Seekdir moves to offset off. go-fuse replays the last batch itself after

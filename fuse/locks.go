@@ -10,7 +10,6 @@ import (
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // File locks.
@@ -166,8 +165,8 @@ func (l *fileLocks) take(owner uint64) bool {
 
 // wireLock converts a lock request from the kernel: fcntl types, inclusive
 // byte range, FUSE_LK_FLOCK for flock(2).
-func wireLock(lk *gofuse.FileLock, flags uint32) (*mdspb.FileLock, syscall.Errno) {
-	l := &mdspb.FileLock{Kind: client.LockPOSIX, Start: lk.Start, End: lk.End, Pid: lk.Pid}
+func wireLock(lk *gofuse.FileLock, flags uint32) (*client.FileLock, syscall.Errno) {
+	l := &client.FileLock{Kind: client.LockPOSIX, Start: lk.Start, End: lk.End, Pid: lk.Pid}
 	if flags&gofuse.FUSE_LK_FLOCK != 0 {
 		l.Kind = client.LockFlock
 	}
@@ -207,9 +206,9 @@ func (n *node) Getlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *g
 		out.Typ = syscall.F_UNLCK
 		return 0
 	}
-	out.Start, out.End, out.Pid = c.GetStart(), c.GetEnd(), c.GetPid()
+	out.Start, out.End, out.Pid = c.Start, c.End, c.Pid
 	out.Typ = syscall.F_RDLCK
-	if c.GetType() == client.LockWrite {
+	if c.Type == client.LockWrite {
 		out.Typ = syscall.F_WRLCK
 	}
 	return 0
@@ -262,8 +261,8 @@ func (n *node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *g
 }
 
 // unlockAll releases every lock of one kind that owner holds on ino.
-func (m *Mounted) unlockAll(ctx context.Context, ino, owner uint64, kind mdspb.LockKind) error {
-	_, _, err := m.c.SetLock(ctx, ino, owner, &mdspb.FileLock{
+func (m *Mounted) unlockAll(ctx context.Context, ino, owner uint64, kind client.LockKind) error {
+	_, _, err := m.c.SetLock(ctx, ino, owner, &client.FileLock{
 		Kind: kind, Type: client.LockUnlock, Start: 0, End: ^uint64(0),
 	})
 	return err

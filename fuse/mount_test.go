@@ -146,8 +146,8 @@ func TestMountSmoke(t *testing.T) {
 	// The data is in the cluster, as another client sees it.
 	a, err := c.Stat(t.Context(), "/big")
 	must(t, err)
-	if a.GetSize() != uint64(len(big)) {
-		t.Errorf("client sees size %d, want %d", a.GetSize(), len(big))
+	if a.Size != uint64(len(big)) {
+		t.Errorf("client sees size %d, want %d", a.Size, len(big))
 	}
 
 	// Reads see unflushed writes, and stat sees the unflushed size.
@@ -420,8 +420,8 @@ func TestMountLargeReadWrite(t *testing.T) {
 	must(t, m.Unmount())
 	a, err := c.Stat(t.Context(), "/f")
 	must(t, err)
-	if a.GetSize() != uint64(len(all)) {
-		t.Errorf("size after unmount = %d, want %d", a.GetSize(), len(all))
+	if a.Size != uint64(len(all)) {
+		t.Errorf("size after unmount = %d, want %d", a.Size, len(all))
 	}
 }
 

@@ -9,11 +9,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // node is one Shoal inode in go-fuse's tree. Its StableAttr.Ino is the
@@ -27,7 +24,7 @@ type node struct {
 	// last holds the last attributes seen of the inode: a directory's
 	// mode and gid decide the owner of new entries (setgid); an open
 	// inode that was unlinked is still described by them (with no link).
-	last atomic.Pointer[mdspb.Attr]
+	last atomic.Pointer[client.Attr]
 	// opens counts the open file and directory handles of the inode.
 	opens atomic.Int32
 	// noCap caches that the inode has no security.capability, which the
@@ -70,11 +67,11 @@ var (
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
 // remember records fresh attributes of n.
-func (n *node) remember(a *mdspb.Attr) { n.last.Store(a) }
+func (n *node) remember(a *client.Attr) { n.last.Store(a) }
 
 // attrOf checks the result of a client call that returns attributes: a
 // nil attribute without an error (a server bug) becomes EIO, not a crash.
-func (m *Mounted) attrOf(op string, ino uint64, a *mdspb.Attr, err error) (*mdspb.Attr, syscall.Errno) {
+func (m *Mounted) attrOf(op string, ino uint64, a *client.Attr, err error) (*client.Attr, syscall.Errno) {
 	if err != nil {
 		return nil, m.errno(op, ino, err)
 	}
@@ -89,13 +86,13 @@ func (m *Mounted) attrOf(op string, ino uint64, a *mdspb.Attr, err error) (*mdsp
 // mount holds it open (fstat after unlink, or after a rename over it) is
 // described by its last known attributes with a link count of 0, as a
 // local file system would.
-func (n *node) getattr(ctx context.Context) (*mdspb.Attr, syscall.Errno) {
+func (n *node) getattr(ctx context.Context) (*client.Attr, syscall.Errno) {
 	a, err := n.m.c.GetAttr(ctx, n.ino())
 	if errors.Is(err, errs.ErrNotFound) && n.opens.Load() > 0 {
 		if last := n.last.Load(); last != nil {
-			gone := proto.CloneOf(last)
+			gone := *last
 			gone.Nlink = 0
-			return gone, 0
+			return &gone, 0
 		}
 	}
 	a, errno := n.m.attrOf("getattr", n.ino(), a, err)
@@ -108,21 +105,21 @@ func (n *node) getattr(ctx context.Context) (*mdspb.Attr, syscall.Errno) {
 // fill converts a to FUSE attributes; for a file open in this mount, the
 // size is the open file's, unflushed writes included, so that the kernel
 // never cuts reads of data it was just given.
-func (m *Mounted) fill(a *mdspb.Attr, out *gofuse.Attr) {
+func (m *Mounted) fill(a *client.Attr, out *gofuse.Attr) {
 	fillAttr(a, out)
-	if typeBits(a.GetMode()) != syscall.S_IFREG {
+	if typeBits(a.Mode) != syscall.S_IFREG {
 		return
 	}
-	f := m.openFile(a.GetIno())
+	f := m.openFile(a.Ino)
 	if f == nil {
 		return
 	}
 	out.Size = uint64(f.Size())
 	out.Blocks = (out.Size + 511) / 512
 	// Writes not yet committed changed mtime and ctime already.
-	if w := f.WriteTimeNs(); w > a.GetMtimeNs() {
+	if w := f.WriteTimeNs(); w > a.MtimeNs {
 		out.Mtime, out.Mtimensec = splitNs(w)
-		if w > a.GetCtimeNs() {
+		if w > a.CtimeNs {
 			out.Ctime, out.Ctimensec = splitNs(w)
 		}
 	}
@@ -150,8 +147,8 @@ func (m *Mounted) openFile(ino uint64) *client.File {
 
 // newChild returns the go-fuse inode for a, reusing the existing one when
 // the inode is already known (another name of a hard-linked file).
-func (n *node) newChild(ctx context.Context, a *mdspb.Attr, out *gofuse.EntryOut) *gofs.Inode {
-	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Ino: a.GetIno(), Mode: typeBits(a.GetMode())})
+func (n *node) newChild(ctx context.Context, a *client.Attr, out *gofuse.EntryOut) *gofs.Inode {
+	ch := n.NewInode(ctx, &node{m: n.m}, gofs.StableAttr{Ino: a.Ino, Mode: typeBits(a.Mode)})
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.remember(a)
 	}
@@ -170,8 +167,8 @@ func (n *node) owner(ctx context.Context) (uid, gid uint32, sgid bool) {
 	if d == nil {
 		d, _ = n.getattr(ctx) // best effort: the create reports real errors
 	}
-	if client.IsDir(d) && d.GetMode()&syscall.S_ISGID != 0 {
-		return uid, d.GetGid(), true
+	if client.IsDir(d) && d.Mode&syscall.S_ISGID != 0 {
+		return uid, d.GID, true
 	}
 	return uid, gid, false
 }
@@ -204,32 +201,32 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *gofuse.AttrO
 func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
 	ctx = n.m.detach(ctx)
 	ino := n.ino()
-	req := &mdspb.SetAttrRequest{Ino: ino}
-	set := func(b mdspb.SetAttrBits) { req.Valid |= uint32(b) }
+	var req client.SetAttrs
+	set := func(b client.SetAttrBits) { req.Valid |= b }
 	if mode, ok := in.GetMode(); ok {
-		set(mdspb.SetAttrBits_SETATTR_MODE)
+		set(client.SetMode)
 		req.Mode = mode
 	}
 	if uid, ok := in.GetUID(); ok {
-		set(mdspb.SetAttrBits_SETATTR_UID)
-		req.Uid = uid
+		set(client.SetUID)
+		req.UID = uid
 	}
 	if gid, ok := in.GetGID(); ok {
-		set(mdspb.SetAttrBits_SETATTR_GID)
-		req.Gid = gid
+		set(client.SetGID)
+		req.GID = gid
 	}
 	switch {
 	case in.Valid&gofuse.FATTR_ATIME_NOW != 0:
-		set(mdspb.SetAttrBits_SETATTR_ATIME_NOW)
+		set(client.SetAtimeNow)
 	case in.Valid&gofuse.FATTR_ATIME != 0:
-		set(mdspb.SetAttrBits_SETATTR_ATIME)
+		set(client.SetAtime)
 		req.AtimeNs = joinNs(in.Atime, in.Atimensec)
 	}
 	switch {
 	case in.Valid&gofuse.FATTR_MTIME_NOW != 0:
-		set(mdspb.SetAttrBits_SETATTR_MTIME_NOW)
+		set(client.SetMtimeNow)
 	case in.Valid&gofuse.FATTR_MTIME != 0:
-		set(mdspb.SetAttrBits_SETATTR_MTIME)
+		set(client.SetMtime)
 		req.MtimeNs = joinNs(in.Mtime, in.Mtimensec)
 	}
 	// FATTR_CTIME: the MDS sets ctime itself. FATTR_KILL_SUIDGID only
@@ -256,7 +253,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 				return n.m.errno("truncate", ino, err)
 			}
 		} else {
-			set(mdspb.SetAttrBits_SETATTR_SIZE)
+			set(client.SetSize)
 			req.Size = size
 		}
 	}
@@ -271,11 +268,11 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 		of.f.TimesSet()
 	}
 
-	var a *mdspb.Attr
+	var a *client.Attr
 	var errno syscall.Errno
 	if req.Valid != 0 {
 		var err error
-		a, err = n.m.c.SetAttr(ctx, req)
+		a, err = n.m.c.SetAttr(ctx, ino, req)
 		if a, errno = n.m.attrOf("setattr", ino, a, err); errno != 0 {
 			return errno
 		}
@@ -303,12 +300,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	of, err := n.m.adopt(ctx, f)
 	if err != nil {
-		return nil, nil, 0, n.m.errno("create", a.GetIno(), err)
+		return nil, nil, 0, n.m.errno("create", a.Ino, err)
 	}
 	if !excl && flags&syscall.O_TRUNC != 0 && of.f.Size() > 0 {
 		if err := of.f.Truncate(ctx, 0); err != nil {
 			n.m.release(ctx, of)
-			return nil, nil, 0, n.m.errno("create", a.GetIno(), err)
+			return nil, nil, 0, n.m.errno("create", a.Ino, err)
 		}
 		a.Size = 0
 	}
@@ -342,7 +339,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	ctx = n.m.detach(ctx)
 	uid, gid, _ := n.owner(ctx)
 	o := client.CreateOptions{Mode: mode, UID: uid, GID: gid, Exclusive: true}
-	var a *mdspb.Attr
+	var a *client.Attr
 	var err error
 	switch typeBits(mode) {
 	case 0, syscall.S_IFREG:
@@ -428,12 +425,12 @@ const (
 // overlayfs) is not supported.
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	ctx = n.m.detach(ctx)
-	var f uint32
+	var f client.RenameFlags
 	if flags&renameNoReplace != 0 {
-		f |= uint32(mdspb.RenameFlags_RENAME_NOREPLACE)
+		f |= client.RenameNoReplace
 	}
 	if flags&renameExchange != 0 {
-		f |= uint32(mdspb.RenameFlags_RENAME_EXCHANGE)
+		f |= client.RenameExchange
 	}
 	if flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
@@ -462,10 +459,10 @@ func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno 
 	}
 	out.Bsize = statfsBlock
 	out.Frsize = statfsBlock
-	out.Blocks = r.GetTotalBytes() / statfsBlock
-	out.Bfree = r.GetFreeBytes() / statfsBlock
+	out.Blocks = r.TotalBytes / statfsBlock
+	out.Bfree = r.FreeBytes / statfsBlock
 	out.Bavail = out.Bfree
-	out.Files = r.GetFiles() + statfsFreeFiles
+	out.Files = r.Files + statfsFreeFiles
 	out.Ffree = statfsFreeFiles
 	out.NameLen = client.MaxNameLen
 	return 0

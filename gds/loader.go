@@ -70,7 +70,7 @@ func NewLoader(ctx context.Context, r *Reader, paths []string, o LoaderOptions) 
 			if err != nil {
 				return nil, fmt.Errorf("gds: loader: %w", err)
 			}
-			o.BufSize = max(o.BufSize, int64(a.GetSize()))
+			o.BufSize = max(o.BufSize, int64(a.Size))
 		}
 		o.BufSize = max(o.BufSize, 1)
 	}

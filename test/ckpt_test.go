@@ -391,7 +391,7 @@ func TestCkptCloneUsesNoSpace(t *testing.T) {
 	after := stableChunkBytes(t, cl, 6)
 	df1, _ := c.StatFs(ctx)
 	t.Logf("clone step: chunks %d -> %d bytes (+%d, the manifest); df free %d -> %d MiB; %d of %d bytes shared",
-		before, after, after-before, df0.GetFreeBytes()>>20, df1.GetFreeBytes()>>20, r2.Manifest.Shared, r2.Manifest.Bytes)
+		before, after, after-before, df0.FreeBytes>>20, df1.FreeBytes>>20, r2.Manifest.Shared, r2.Manifest.Bytes)
 	if r2.Manifest.Shared != r2.Manifest.Bytes || r2.Manifest.Written != 0 {
 		t.Fatalf("unchanged step shared %d of %d", r2.Manifest.Shared, r2.Manifest.Bytes)
 	}
@@ -595,7 +595,7 @@ func TestCkptCrashBeforeCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range es {
-			if n := string(e.GetName()); strings.HasPrefix(n, ".") {
+			if n := string(e.Name); strings.HasPrefix(n, ".") {
 				t.Fatalf("seed %d: %s left after GC (%+v)", seed, n, rep)
 			}
 		}
@@ -713,7 +713,7 @@ func flipChunkByte(t *testing.T, cl *cluster.Cluster, p string, resum bool) int6
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+	r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 	if err != nil {
 		t.Fatal(err)
 	}

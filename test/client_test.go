@@ -87,8 +87,8 @@ func TestClientRoundTripSizes(t *testing.T) {
 		path := "/f" + string(rune('a'+i))
 		writeFile(t, c, path, data)
 		a, err := c.Stat(context.Background(), path)
-		if err != nil || a.GetSize() != uint64(n) {
-			t.Fatalf("%s: size %d err %v, want %d", path, a.GetSize(), err, n)
+		if err != nil || a.Size != uint64(n) {
+			t.Fatalf("%s: size %d err %v, want %d", path, a.Size, err, n)
 		}
 		got, err := readFile(cl.Client(), path) // a second client: close-to-open
 		if err != nil {
@@ -223,7 +223,7 @@ func flipDataChunks(t *testing.T, cl *cluster.Cluster, c *client.Client, path st
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
+	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.Ino))
 	if err != nil {
 		t.Fatal(err)
 	}

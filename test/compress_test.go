@@ -47,8 +47,8 @@ func setCompress(t *testing.T, cl *cluster.Cluster, c *client.Client, p string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := a.GetLayout()
-	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Compression: comp}}); err != nil {
+	l := a.Layout
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.Ino, Layout: &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Compression: comp}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -61,7 +61,7 @@ func extentsOf(t *testing.T, cl *cluster.Cluster, c *client.Client, p string) []
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
+	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.Ino))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +125,8 @@ func TestCompressText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.GetLayout().GetCompression().GetCodec() != mdspb.Codec_CODEC_ZSTD {
-		t.Errorf("file layout %v does not inherit the directory's compression", a.GetLayout())
+	if a.Layout.GetCompression().GetCodec() != mdspb.Codec_CODEC_ZSTD {
+		t.Errorf("file layout %v does not inherit the directory's compression", a.Layout)
 	}
 	for _, ref := range extentsOf(t, cl, c, "/z/big") {
 		e := ref.GetExtent()
@@ -211,12 +211,12 @@ func TestCompressText(t *testing.T) {
 	// s2, set on a file with data: only the compression may change.
 	setCompress(t, cl, c, "/z/big", &mdspb.Compression{Codec: mdspb.Codec_CODEC_S2})
 	a, _ = c.Stat(ctx, "/z/big")
-	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: 2, M: 1, Unit: 1 << 20}}); !errors.Is(err, errs.ErrNotEmpty) {
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.Ino, Layout: &mdspb.Layout{K: 2, M: 1, Unit: 1 << 20}}); !errors.Is(err, errs.ErrNotEmpty) {
 		t.Errorf("reshaping a file with data: %v, want ErrNotEmpty", err)
 	}
 	// A bad attribute is refused.
 	a, _ = c.Stat(ctx, "/z")
-	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.GetIno(), Layout: &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20, Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD, Level: 40}}}); !errors.Is(err, errs.ErrInvalid) {
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.Ino, Layout: &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20, Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD, Level: 40}}}); !errors.Is(err, errs.ErrInvalid) {
 		t.Errorf("zstd level 40: %v, want ErrInvalid", err)
 	}
 }

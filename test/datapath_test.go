@@ -147,7 +147,7 @@ func flipChunk(t *testing.T, cl *cluster.Cluster, c *client.Client, path string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
+	r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.Ino))
 	if err != nil {
 		t.Fatal(err)
 	}

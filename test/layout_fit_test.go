@@ -51,7 +51,7 @@ func TestLayoutsTheClusterCannotHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stub.SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: d.GetIno(), Layout: &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20}}); err != nil {
+	if _, err := stub.SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: d.Ino, Layout: &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20}}); err != nil {
 		t.Fatal(err)
 	}
 	err = os.WriteFile(filepath.Join(mnt, "wide", "f"), data, 0o644)

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/mds/mdspb"
 	"github.com/shoalfs/shoal/test/cluster"
 )
 
@@ -246,11 +245,11 @@ func TestLocksOfDeadClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dying.OpenIno(ctx, a.GetIno()); err != nil {
+	if _, err := dying.OpenIno(ctx, a.Ino); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []mdspb.LockKind{client.LockPOSIX, client.LockFlock} {
-		ok, _, err := dying.SetLock(ctx, a.GetIno(), 1, &mdspb.FileLock{Kind: kind, Type: client.LockWrite, Start: 0, End: 1<<63 - 1, Pid: uint32(os.Getpid())})
+	for _, kind := range []client.LockKind{client.LockPOSIX, client.LockFlock} {
+		ok, _, err := dying.SetLock(ctx, a.Ino, 1, &client.FileLock{Kind: kind, Type: client.LockWrite, Start: 0, End: 1<<63 - 1, Pid: uint32(os.Getpid())})
 		if err != nil || !ok {
 			t.Fatalf("dying client: lock %v: %v %v", kind, ok, err)
 		}

@@ -88,13 +88,13 @@ func TestAdminMigrate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.GetIno() != before.GetIno() || a.GetSize() != before.GetSize() || a.GetMode() != before.GetMode() || a.GetMtimeNs() != before.GetMtimeNs() {
+		if a.Ino != before.Ino || a.Size != before.Size || a.Mode != before.Mode || a.MtimeNs != before.MtimeNs {
 			t.Fatalf("after migrate: %v, before %v", a, before)
 		}
-		if l := a.GetLayout(); l.GetK() != to.K || l.GetM() != to.M || l.GetUnit() != to.Unit {
+		if l := a.Layout; l.GetK() != to.K || l.GetM() != to.M || l.GetUnit() != to.Unit {
 			t.Fatalf("layout %v, want %v", l, to)
 		}
-		r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+		r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,20 +144,20 @@ func TestAdminMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tmp.Truncate(ctx, int64(a.GetSize())); err != nil {
+	if err := tmp.Truncate(ctx, int64(a.Size)); err != nil {
 		t.Fatal(err)
 	}
 	tmp.Close(ctx)
 	ta, _ := c.Stat(ctx, "/.m.copy")
-	_, err = cl.MDSStub(c).MigrateCommit(ctx, &mdspb.MigrateCommitRequest{SrcIno: a.GetIno(), TmpParent: 1, TmpName: []byte(".m.copy"), TmpIno: ta.GetIno(),
-		ExpectSize: a.GetSize(), ExpectMtimeNs: a.GetMtimeNs() - 1, ExpectCtimeNs: a.GetCtimeNs()})
+	_, err = cl.MDSStub(c).MigrateCommit(ctx, &mdspb.MigrateCommitRequest{SrcIno: a.Ino, TmpParent: 1, TmpName: []byte(".m.copy"), TmpIno: ta.Ino,
+		ExpectSize: a.Size, ExpectMtimeNs: a.MtimeNs - 1, ExpectCtimeNs: a.CtimeNs})
 	if !errors.Is(err, errs.ErrStale) {
 		t.Fatalf("commit of a stale copy: %v, want ErrStale", err)
 	}
 	if _, err := c.Stat(ctx, "/.m.copy"); err != nil {
 		t.Fatalf("the refused commit removed the copy: %v", err)
 	}
-	if b, _ := c.Stat(ctx, "/m"); b.GetCtimeNs() != a.GetCtimeNs() {
+	if b, _ := c.Stat(ctx, "/m"); b.CtimeNs != a.CtimeNs {
 		t.Fatal("the refused commit changed the file")
 	}
 }

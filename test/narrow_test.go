@@ -95,7 +95,7 @@ func placements(t *testing.T, cl *cluster.Cluster, c *client.Client, files map[s
 		if err != nil {
 			t.Fatalf("stat %s: %v", p, err)
 		}
-		r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.GetIno()))
+		r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.Ino))
 		if err != nil {
 			t.Fatalf("extents of %s: %v", p, err)
 		}

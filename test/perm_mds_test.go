@@ -42,12 +42,11 @@ func TestPermissionsAtMDSThroughMount(t *testing.T) {
 	must(os.Chmod(mnt, 0o755))
 	lib := cl.Client()
 	ctx := context.Background()
-	setattr := func(p string, req *mdspb.SetAttrRequest) {
+	setattr := func(p string, req client.SetAttrs) {
 		t.Helper()
 		a, err := lib.Stat(ctx, "/"+p)
 		must(err)
-		req.Ino = a.GetIno()
-		_, err = lib.SetAttr(ctx, req)
+		_, err = lib.SetAttr(ctx, a.Ino, req)
 		must(err)
 	}
 
@@ -71,7 +70,7 @@ func TestPermissionsAtMDSThroughMount(t *testing.T) {
 	if out, ok := as(t, 1000, 1000, "", "stat "+in("open")); !ok {
 		t.Fatalf("stat: %s", out)
 	}
-	setattr("open", &mdspb.SetAttrRequest{Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o755})
+	setattr("open", client.SetAttrs{Valid: client.SetMode, Mode: 0o755})
 	if fi, err := os.Stat(in("open")); err != nil || fi.Mode().Perm() != 0o777 {
 		t.Fatalf("the kernel should still see 0777: %v %v", fi.Mode(), err)
 	}
@@ -90,7 +89,7 @@ func TestPermissionsAtMDSThroughMount(t *testing.T) {
 	if out, ok := as(t, 1000, 1000, "1000,2000", "mkdir "+in("grp/minedir")); !ok {
 		t.Fatalf("mkdir: %s", out)
 	}
-	setattr("grp/minedir", &mdspb.SetAttrRequest{Valid: uint32(mdspb.SetAttrBits_SETATTR_UID | mdspb.SetAttrBits_SETATTR_GID), Uid: 0, Gid: 0})
+	setattr("grp/minedir", client.SetAttrs{Valid: client.SetUID | client.SetGID, UID: 0, GID: 0})
 	if out, ok := as(t, 1000, 1000, "1000,2000", "chmod 700 "+in("grp/minedir")); ok || !strings.Contains(out, "Operation not permitted") {
 		t.Errorf("chmod of a dir the MDS knows is root's: ok=%v %q", ok, out)
 	}
@@ -113,7 +112,7 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 	}
 	chmod := func(ino uint64, mode uint32) {
 		t.Helper()
-		_, err := root.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: mode})
+		_, err := root.SetAttr(ctx, ino, client.SetAttrs{Valid: client.SetMode, Mode: mode})
 		must(err)
 	}
 	writeFile(t, root, "/secret", []byte("root only"))
@@ -122,14 +121,14 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 	must(err)
 	pub, err := root.Stat(ctx, "/pub")
 	must(err)
-	chmod(secret.GetIno(), 0o600)
-	chmod(pub.GetIno(), 0o644)
+	chmod(secret.Ino, 0o600)
+	chmod(pub.Ino, 0o644)
 	mine, err := root.CreateIn(ctx, client.RootIno, "mine", client.CreateOptions{Mode: 0o644, UID: 1000, GID: 1000, Exclusive: true})
 	must(err)
 	sticky, err := root.MkdirIn(ctx, client.RootIno, "tmp", client.CreateOptions{Mode: 0o1777})
 	must(err)
-	chmod(sticky.GetIno(), 0o1777)
-	for _, ino := range []uint64{secret.GetIno(), pub.GetIno(), sticky.GetIno()} {
+	chmod(sticky.Ino, 0o1777)
+	for _, ino := range []uint64{secret.Ino, pub.Ino, sticky.Ino} {
 		for _, n := range []string{"user.a", "trusted.t"} {
 			_, err := root.SetXattr(ctx, ino, n, []byte("v"), 0)
 			must(err)
@@ -142,34 +141,34 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 		want  error
 		errno syscall.Errno
 	}
-	_, getSecret := root.GetXattr(user, secret.GetIno(), "user.a")
-	_, setPub := root.SetXattr(user, pub.GetIno(), "user.b", []byte("w"), 0)
-	_, rmPub := root.RemoveXattr(user, pub.GetIno(), "user.a")
-	_, setSticky := root.SetXattr(user, sticky.GetIno(), "user.b", []byte("w"), 0)
-	_, setTrusted := root.SetXattr(user, mine.GetIno(), "trusted.x", []byte("w"), 0)
-	_, getTrusted := root.GetXattr(user, pub.GetIno(), "trusted.t")
-	_, setOwn := root.SetXattr(user, mine.GetIno(), "user.mine", []byte("w"), 0)
-	_, getPub := root.GetXattr(user, pub.GetIno(), "user.a")
+	_, getSecret := root.GetXattr(user, secret.Ino, "user.a")
+	_, setPub := root.SetXattr(user, pub.Ino, "user.b", []byte("w"), 0)
+	_, rmPub := root.RemoveXattr(user, pub.Ino, "user.a")
+	_, setSticky := root.SetXattr(user, sticky.Ino, "user.b", []byte("w"), 0)
+	_, setTrusted := root.SetXattr(user, mine.Ino, "trusted.x", []byte("w"), 0)
+	_, getTrusted := root.GetXattr(user, pub.Ino, "trusted.t")
+	_, setOwn := root.SetXattr(user, mine.Ino, "user.mine", []byte("w"), 0)
+	_, getPub := root.GetXattr(user, pub.Ino, "user.a")
 
 	// Committing root's extents into its own file would give uid 1000 read
 	// capabilities for root's 0600 data.
-	ex, err := cl.MDSStub(root).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: secret.GetIno()})
+	ex, err := cl.MDSStub(root).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: secret.Ino})
 	must(err)
 	if len(ex.GetExtents()) == 0 {
 		t.Fatal("/secret has no extents")
 	}
-	_, stealExtents := cl.MDSStub(root).CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: mine.GetIno(), Extents: ex.GetExtents()})
-	_, commitPub := cl.MDSStub(root).CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: pub.GetIno()})
+	_, stealExtents := cl.MDSStub(root).CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: mine.Ino, Extents: ex.GetExtents()})
+	_, commitPub := cl.MDSStub(root).CommitExtents(user, &mdspb.CommitExtentsRequest{Ino: pub.Ino})
 	whole := []*mdspb.CloneRange{{Length: 0}}
-	_, cloneSecret := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: secret.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
-	_, cloneIntoPub := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: pub.GetIno(), Ranges: []*mdspb.CloneRange{{SrcOff: 0, DstOff: 100, Length: 1}}})
-	_, clonePub := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.GetIno(), DstIno: mine.GetIno(), Ranges: whole})
+	_, cloneSecret := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: secret.Ino, DstIno: mine.Ino, Ranges: whole})
+	_, cloneIntoPub := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.Ino, DstIno: pub.Ino, Ranges: []*mdspb.CloneRange{{SrcOff: 0, DstOff: 100, Length: 1}}})
+	_, clonePub := cl.MDSStub(root).CloneExtents(user, &mdspb.CloneExtentsRequest{SrcIno: pub.Ino, DstIno: mine.Ino, Ranges: whole})
 	lo := &mdspb.Layout{K: 2, M: 1, Unit: 4096}
 	_, layoutDir := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: client.RootIno, Layout: lo})
-	_, layoutPub := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: pub.GetIno(), Layout: lo})
+	_, layoutPub := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: pub.Ino, Layout: lo})
 	own, err := root.CreateIn(ctx, client.RootIno, "own-empty", client.CreateOptions{Mode: 0o644, UID: 1000, GID: 1000, Exclusive: true})
 	must(err)
-	_, layoutOwn := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: own.GetIno(), Layout: lo})
+	_, layoutOwn := cl.MDSStub(root).SetLayout(user, &mdspb.SetLayoutRequest{Ino: own.Ino, Layout: lo})
 
 	for _, c := range []check{
 		{"getxattr user.* of a 0600 file", getSecret, errs.ErrPermission, syscall.EACCES},
@@ -198,12 +197,12 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 			t.Errorf("uid 1000: %s: errno %v at the mount, want %v", c.what, fuse.ToErrno(c.err), c.errno)
 		}
 	}
-	names, err := root.ListXattr(user, pub.GetIno())
+	names, err := root.ListXattr(user, pub.Ino)
 	if err != nil || strings.Join(names, ",") != "user.a" {
 		t.Errorf("uid 1000 lists %q (%v), want only user.a (trusted.* hidden)", names, err)
 	}
 	// The clone of /pub into /mine worked: uid 1000 reads it.
-	if mf, err := root.OpenIno(user, mine.GetIno()); err != nil {
+	if mf, err := root.OpenIno(user, mine.Ino); err != nil {
 		t.Errorf("uid 1000 opens its clone: %v", err)
 	} else {
 		got := make([]byte, 64)
@@ -214,7 +213,7 @@ func TestPermissionsAtMDSCalls(t *testing.T) {
 		mf.Close(user)
 	}
 	// A file opened by uid 1000 on root's 0644 file cannot be written.
-	f, err := root.OpenIno(user, pub.GetIno())
+	f, err := root.OpenIno(user, pub.Ino)
 	must(err)
 	if _, err := f.WriteAt(user, []byte("x"), 0); err == nil {
 		err = f.Close(user)

@@ -193,10 +193,10 @@ func linClient(ctx context.Context, h *linHistory, c *client.Client, dir uint64,
 		var err error
 		switch in.kind {
 		case linCreate:
-			var a interface{ GetIno() uint64 }
+			var a *client.Attr
 			a, err = c.CreateIn(cctx, dir, name(in.name), client.CreateOptions{Mode: 0o644, Exclusive: true})
 			if err == nil {
-				out.ok, out.ino = true, a.GetIno()
+				out.ok, out.ino = true, a.Ino
 			} else if errors.Is(err, errs.ErrExists) {
 				err = nil
 			}
@@ -215,10 +215,10 @@ func linClient(ctx context.Context, h *linHistory, c *client.Client, dir uint64,
 				err = nil
 			}
 		default:
-			var a interface{ GetIno() uint64 }
+			var a *client.Attr
 			a, err = c.Lookup(cctx, dir, name(in.name))
 			if err == nil {
-				out.ok, out.ino = true, a.GetIno()
+				out.ok, out.ino = true, a.Ino
 			} else if errors.Is(err, errs.ErrNotFound) {
 				err = nil
 			}
@@ -274,7 +274,7 @@ func raftLinearizable(t *testing.T, seed uint64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			linClient(ctx, h, c, a.GetIno(), seed*10+uint64(i), stop)
+			linClient(ctx, h, c, a.Ino, seed*10+uint64(i), stop)
 		}()
 	}
 	var faults []string

@@ -96,7 +96,7 @@ func (l libFS) overwrite(ctx context.Context, name string, p []byte, off int64) 
 	if err != nil {
 		return err
 	}
-	f, err := l.c.OpenIno(ctx, a.GetIno())
+	f, err := l.c.OpenIno(ctx, a.Ino)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (w *stormWorker) check(t *testing.T, ctx context.Context, c *client.Client,
 	}
 	found := map[string]bool{}
 	for _, e := range ents {
-		n := string(e.GetName())
+		n := string(e.Name)
 		found[n] = true
 		want, ok := w.files[n]
 		if !ok {
@@ -357,7 +357,7 @@ func raftStorm(t *testing.T, seed uint64) stormResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		workers = append(workers, newStormWorker(name, libFS{c, a.GetIno()}, seed*100+uint64(len(workers))))
+		workers = append(workers, newStormWorker(name, libFS{c, a.Ino}, seed*100+uint64(len(workers))))
 		dirs = append(dirs, d)
 	}
 	libc := cl.Client()
@@ -511,7 +511,7 @@ func libWorkers(t *testing.T, c *client.Client, prefix string, n int, seed uint6
 		if err != nil {
 			t.Fatal(err)
 		}
-		ws = append(ws, newStormWorker(d[1:], libFS{c, a.GetIno()}, seed+uint64(i)))
+		ws = append(ws, newStormWorker(d[1:], libFS{c, a.Ino}, seed+uint64(i)))
 		dirs = append(dirs, d)
 	}
 	return ws, dirs

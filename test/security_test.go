@@ -110,7 +110,7 @@ func writeTestFile(t *testing.T, cl *cluster.Cluster, c *client.Client, name str
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetIno()})
+	r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func TestSecurityPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := writeTestFile(t, cl, root, "secret", []byte("root only"))
-	if _, err := root.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: a.GetAttr().GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o600}); err != nil {
+	if _, err := root.SetAttr(ctx, a.GetAttr().GetIno(), client.SetAttrs{Valid: client.SetMode, Mode: 0o600}); err != nil {
 		t.Fatal(err)
 	}
 	user := client.WithUser(ctx, client.User{UID: 1000, GID: 1000})
@@ -496,14 +496,14 @@ func TestSecurityPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := root.Lookup(user, priv.GetIno(), "x"); !errors.Is(err, errs.ErrPermission) {
+	if _, err := root.Lookup(user, priv.Ino, "x"); !errors.Is(err, errs.ErrPermission) {
 		t.Errorf("uid 1000 lookup in a 0700 directory: %v", err)
 	}
 	r, err := cl.MDSStub(root).GetExtents(user, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()})
 	if err != nil || len(r.GetCaps()) != 0 {
 		t.Errorf("uid 1000 got %d capabilities for a 0600 file of root (err %v)", len(r.GetCaps()), err)
 	}
-	if _, err := root.SetAttr(user, &mdspb.SetAttrRequest{Ino: a.GetAttr().GetIno(), Valid: uint32(mdspb.SetAttrBits_SETATTR_MODE), Mode: 0o666}); !errors.Is(err, errs.ErrNotPermitted) {
+	if _, err := root.SetAttr(user, a.GetAttr().GetIno(), client.SetAttrs{Valid: client.SetMode, Mode: 0o666}); !errors.Is(err, errs.ErrNotPermitted) {
 		t.Errorf("uid 1000 chmod of root's file: %v", err)
 	}
 
@@ -518,7 +518,7 @@ func TestSecurityPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sq.Close()
-	if _, err := sq.Lookup(ctx, priv.GetIno(), "x"); !errors.Is(err, errs.ErrPermission) {
+	if _, err := sq.Lookup(ctx, priv.Ino, "x"); !errors.Is(err, errs.ErrPermission) {
 		t.Errorf("squashed root lookup in a 0700 directory: %v", err)
 	}
 	if r, err := cl.MDSStubWith(sqOpts).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.GetAttr().GetIno()}); err != nil || len(r.GetCaps()) != 0 {
@@ -528,7 +528,7 @@ func TestSecurityPermissions(t *testing.T) {
 		t.Errorf("squashed root mkdir in a 0755 root directory: %v", err)
 	}
 	// Root of a trusted node may.
-	if _, err := root.Lookup(ctx, priv.GetIno(), "x"); !errors.Is(err, errs.ErrNotFound) {
+	if _, err := root.Lookup(ctx, priv.Ino, "x"); !errors.Is(err, errs.ErrNotFound) {
 		t.Errorf("root lookup in a 0700 directory: %v", err)
 	}
 }

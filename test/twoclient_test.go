@@ -116,5 +116,5 @@ func atime(t *testing.T, cl *cluster.Cluster, path string) time.Time {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Unix(0, a.GetAtimeNs())
+	return time.Unix(0, a.AtimeNs)
 }

@@ -116,7 +116,7 @@ func TestUnlinkWhileOpen(t *testing.T) {
 	}
 	time.Sleep(gcGrace + time.Second) // past the GC grace, and a few GC rounds
 	a2, err := c.GetAttr(t.Context(), ino)
-	if err != nil || a2.GetNlink() != 0 || a2.GetSize() != uint64(len(data)) {
+	if err != nil || a2.Nlink != 0 || a2.Size != uint64(len(data)) {
 		t.Fatalf("MDS attributes of the removed open file: %v, %v", a2, err)
 	}
 	mustEqual(t, "removed file read by another client after the GC grace", readIno(t, cl, ino), data)

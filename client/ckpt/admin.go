@@ -13,7 +13,6 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // pinXattr marks a pinned step directory (any value); set it with the
@@ -42,7 +41,7 @@ func (s *Store) Jobs(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, e := range es {
-		if n := string(e.GetName()); e.GetMode()&client.ModeType == client.ModeDir && !strings.HasPrefix(n, ".") {
+		if n := e.Name; e.Mode&client.ModeType == client.ModeDir && !strings.HasPrefix(n, ".") {
 			out = append(out, n)
 		}
 	}
@@ -63,7 +62,7 @@ func (s *Store) List(ctx context.Context, job string) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: list %s: %w", job, err)
 	}
-	return s.listSteps(ctx, job, a.GetIno(), true)
+	return s.listSteps(ctx, job, a.Ino, true)
 }
 
 // listSteps lists the committed checkpoints in directory jobIno, with
@@ -78,12 +77,12 @@ func (s *Store) listSteps(ctx context.Context, job string, jobIno uint64, detail
 	byStep := map[int64]int{}
 	var out []Info
 	for _, e := range es {
-		name := string(e.GetName())
+		name := e.Name
 		step, ok := ParseStepName(name)
-		if !ok || e.GetMode()&client.ModeType != client.ModeDir {
+		if !ok || e.Mode&client.ModeType != client.ModeDir {
 			continue
 		}
-		in := Info{Job: job, Step: step, Name: name, Ino: e.GetIno(), Time: time.Unix(0, e.GetAttr().GetMtimeNs())}
+		in := Info{Job: job, Step: step, Name: name, Ino: e.Ino, Time: time.Unix(0, e.Attr.MtimeNs)}
 		if i, dup := byStep[step]; dup {
 			if name == StepName(step) {
 				out[i] = in
@@ -167,7 +166,7 @@ func (s *Store) Stat(ctx context.Context, job string, step int64) (Info, error) 
 	}
 	// The canonical name first: a lookup, not a listing of the job.
 	if a, err := s.c.Stat(ctx, path.Join(s.jobDir(job), StepName(step))); err == nil && client.IsDir(a) {
-		in := []Info{{Job: job, Step: step, Name: StepName(step), Ino: a.GetIno(), Time: time.Unix(0, a.GetMtimeNs())}}
+		in := []Info{{Job: job, Step: step, Name: StepName(step), Ino: a.Ino, Time: time.Unix(0, a.MtimeNs)}}
 		if err := s.stepDetails(ctx, in); err != nil {
 			return Info{}, fmt.Errorf("ckpt: %s step %d: %w", job, step, err)
 		}
@@ -205,7 +204,7 @@ func (s *Store) readManifest(ctx context.Context, dir uint64) (*Manifest, error)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	b, err := s.readSmallFile(ctx, a.GetIno(), maxManifestSize)
+	b, err := s.readSmallFile(ctx, a.Ino, maxManifestSize)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
@@ -252,7 +251,7 @@ func (s *Store) Delete(ctx context.Context, job string, step int64) error {
 	if err != nil {
 		return err
 	}
-	if err := s.trash(ctx, a.GetIno(), in.Name); err != nil {
+	if err := s.trash(ctx, a.Ino, in.Name); err != nil {
 		return fmt.Errorf("ckpt: delete %s step %d: %w", job, in.Step, err)
 	}
 	return nil
@@ -281,23 +280,23 @@ func (s *Store) GC(ctx context.Context, job string) (GCReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	es, err := s.readDirPlus(ctx, a.GetIno())
+	es, err := s.readDirPlus(ctx, a.Ino)
 	if err != nil {
 		return rep, err
 	}
 	now := s.o.Now()
 	var errsOut []error
 	for _, e := range es {
-		name := string(e.GetName())
+		name := e.Name
 		switch {
 		case isTrash(name):
-			if err := s.removeTree(ctx, a.GetIno(), name); err != nil {
+			if err := s.removeTree(ctx, a.Ino, name); err != nil {
 				errsOut = append(errsOut, fmt.Errorf("remove %s: %w", name, err))
 				continue
 			}
 			rep.Trash = append(rep.Trash, name)
-		case isStaging(name) && e.GetMode()&client.ModeType == client.ModeDir:
-			newest, err := s.newestChange(ctx, e)
+		case isStaging(name) && e.Mode&client.ModeType == client.ModeDir:
+			newest, err := s.newestChange(ctx, &e)
 			if err != nil {
 				if errors.Is(err, errs.ErrNotFound) {
 					continue // committed or removed meanwhile
@@ -308,7 +307,7 @@ func (s *Store) GC(ctx context.Context, job string) (GCReport, error) {
 			if now.Sub(newest) < s.o.StaleAfter {
 				continue
 			}
-			err = s.trash(ctx, a.GetIno(), name)
+			err = s.trash(ctx, a.Ino, name)
 			if errors.Is(err, errs.ErrNotFound) {
 				continue
 			}
@@ -324,14 +323,14 @@ func (s *Store) GC(ctx context.Context, job string) (GCReport, error) {
 
 // newestChange returns the latest mtime or ctime of a staging directory
 // and of the entries in it.
-func (s *Store) newestChange(ctx context.Context, e *mdspb.DirEntry) (time.Time, error) {
-	newest := max(e.GetAttr().GetMtimeNs(), e.GetAttr().GetCtimeNs())
-	es, err := s.readDirPlus(ctx, e.GetIno())
+func (s *Store) newestChange(ctx context.Context, e *client.DirEntry) (time.Time, error) {
+	newest := max(e.Attr.MtimeNs, e.Attr.CtimeNs)
+	es, err := s.readDirPlus(ctx, e.Ino)
 	if err != nil {
 		return time.Time{}, err
 	}
 	for _, c := range es {
-		newest = max(newest, c.GetAttr().GetMtimeNs(), c.GetAttr().GetCtimeNs())
+		newest = max(newest, c.Attr.MtimeNs, c.Attr.CtimeNs)
 	}
 	return time.Unix(0, newest), nil
 }

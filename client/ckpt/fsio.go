@@ -8,7 +8,6 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // pieceSize is the largest single WriteAt or ReadAt of a shard: a
@@ -24,8 +23,8 @@ const (
 )
 
 // readDirPlus lists directory ino with attributes.
-func (s *Store) readDirPlus(ctx context.Context, ino uint64) ([]*mdspb.DirEntry, error) {
-	var all []*mdspb.DirEntry
+func (s *Store) readDirPlus(ctx context.Context, ino uint64) ([]client.DirEntry, error) {
+	var all []client.DirEntry
 	after := ""
 	for {
 		es, eof, err := s.c.ReadDirPlusPage(ctx, ino, after, 0)
@@ -36,7 +35,7 @@ func (s *Store) readDirPlus(ctx context.Context, ino uint64) ([]*mdspb.DirEntry,
 		if eof || len(es) == 0 {
 			return all, nil
 		}
-		after = string(es[len(es)-1].GetName())
+		after = es[len(es)-1].Name
 	}
 }
 
@@ -54,12 +53,12 @@ func (s *Store) removeTree(ctx context.Context, parent uint64, name string) erro
 	if !client.IsDir(a) {
 		return ignoreNotFound(s.c.UnlinkIn(ctx, parent, name))
 	}
-	es, err := s.c.ReadDirIno(ctx, a.GetIno())
+	es, err := s.c.ReadDirIno(ctx, a.Ino)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
 	for _, e := range es {
-		if err := s.removeTree(ctx, a.GetIno(), string(e.GetName())); err != nil {
+		if err := s.removeTree(ctx, a.Ino, e.Name); err != nil {
 			return err
 		}
 	}
@@ -78,7 +77,7 @@ func ignoreNotFound(err error) error {
 // If the removal fails, the trash directory is left for GC.
 func (s *Store) trash(ctx context.Context, dir uint64, name string) error {
 	tn := trashName(name)
-	if err := s.c.RenameIn(ctx, dir, name, dir, tn, uint32(mdspb.RenameFlags_RENAME_NOREPLACE)); err != nil {
+	if err := s.c.RenameIn(ctx, dir, name, dir, tn, client.RenameNoReplace); err != nil {
 		return err
 	}
 	return s.removeTree(ctx, dir, tn)
@@ -109,7 +108,7 @@ func (s *Store) writeNewFile(ctx context.Context, parent uint64, name string, da
 	if err != nil {
 		return err
 	}
-	f, err := s.c.OpenIno(ctx, a.GetIno())
+	f, err := s.c.OpenIno(ctx, a.Ino)
 	if err != nil {
 		return err
 	}

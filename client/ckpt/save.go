@@ -14,7 +14,6 @@ import (
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // Shard is one file of a checkpoint to save. A shard with Tensors (or
@@ -117,7 +116,7 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
 	}
-	jobIno := jobAttr.GetIno()
+	jobIno := jobAttr.Ino
 	steps, err := s.listSteps(ctx, job, jobIno, false)
 	if err != nil {
 		return nil, err
@@ -152,7 +151,7 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 	if err := s.hook(Point{Phase: PhaseStaging}); err != nil {
 		return nil, err
 	}
-	stopBeat := s.heartbeat(ctx, st.GetIno())
+	stopBeat := s.heartbeat(ctx, st.Ino)
 	defer stopBeat()
 
 	// The shards, in parallel.
@@ -167,7 +166,7 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 	g.SetLimit(s.o.Parallelism)
 	for i := range shards {
 		g.Go(func() error {
-			e, err := s.saveShard(gctx, st.GetIno(), &shards[i], base, so.noReuse || s.o.NoReuse, prog)
+			e, err := s.saveShard(gctx, st.Ino, &shards[i], base, so.noReuse || s.o.NoReuse, prog)
 			if err != nil {
 				return err
 			}
@@ -198,14 +197,14 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 	if err != nil {
 		return nil, err
 	}
-	if err := s.writeNewFile(ctx, st.GetIno(), ManifestName, mb); err != nil {
+	if err := s.writeNewFile(ctx, st.Ino, ManifestName, mb); err != nil {
 		return nil, fmt.Errorf("ckpt: write manifest: %w", err)
 	}
 	if err := s.hook(Point{Phase: PhaseManifest}); err != nil {
 		return nil, err
 	}
 	if so.pin {
-		if _, err := s.c.SetXattr(ctx, st.GetIno(), pinXattr, []byte("1"), 0); err != nil {
+		if _, err := s.c.SetXattr(ctx, st.Ino, pinXattr, []byte("1"), 0); err != nil {
 			return nil, fmt.Errorf("ckpt: pin: %w", err)
 		}
 	}
@@ -214,7 +213,7 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 	}
 	stopBeat()
 	// The commit: one rename, one MDS transaction.
-	if err := s.c.RenameIn(ctx, jobIno, staging, jobIno, StepName(step), uint32(mdspb.RenameFlags_RENAME_NOREPLACE)); err != nil {
+	if err := s.c.RenameIn(ctx, jobIno, staging, jobIno, StepName(step), client.RenameNoReplace); err != nil {
 		if errors.Is(err, errs.ErrNotFound) {
 			return nil, fmt.Errorf("ckpt: commit %s step %d: the staging directory was collected as stale (no change for %v): %w", job, step, s.o.StaleAfter, err)
 		}
@@ -341,7 +340,7 @@ func (s *Store) heartbeat(ctx context.Context, ino uint64) func() {
 				return
 			case <-t.C:
 			}
-			if _, err := s.c.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_MTIME_NOW)}); err != nil {
+			if _, err := s.c.SetAttr(ctx, ino, client.SetAttrs{Valid: client.SetMtimeNow}); err != nil {
 				s.log.Debug("ckpt: touch staging directory", "ino", ino, "err", err)
 			}
 		}
@@ -558,7 +557,7 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 		return nil, err
 	}
 	if len(p.ranges) > 0 {
-		err := s.clone(ctx, base.ino, sh.Name, a.GetIno(), p.ranges)
+		err := s.clone(ctx, base.ino, sh.Name, a.Ino, p.ranges)
 		switch {
 		case err == nil && p.whole:
 			prog(shardSize(sh)) // progress counts data bytes, not headers
@@ -574,7 +573,7 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 		}
 	}
 	if len(p.writes) > 0 {
-		f, err := s.c.OpenIno(ctx, a.GetIno())
+		f, err := s.c.OpenIno(ctx, a.Ino)
 		if err != nil {
 			return nil, fmt.Errorf("ckpt: open shard %q: %w", sh.Name, err)
 		}
@@ -609,12 +608,12 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 	if err := s.hook(Point{Phase: PhaseClose, Shard: sh.Name}); err != nil {
 		return nil, err
 	}
-	got, err := s.c.GetAttr(ctx, a.GetIno())
+	got, err := s.c.GetAttr(ctx, a.Ino)
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: shard %q: %w", sh.Name, err)
 	}
-	if int64(got.GetSize()) != p.e.Size {
-		return nil, fmt.Errorf("ckpt: shard %q is %d bytes after the save, want %d: %w", sh.Name, got.GetSize(), p.e.Size, errs.ErrCorrupt)
+	if int64(got.Size) != p.e.Size {
+		return nil, fmt.Errorf("ckpt: shard %q is %d bytes after the save, want %d: %w", sh.Name, got.Size, p.e.Size, errs.ErrCorrupt)
 	}
 	return &p.e, nil
 }
@@ -626,5 +625,5 @@ func (s *Store) clone(ctx context.Context, baseDir uint64, name string, dst uint
 	if err != nil {
 		return err
 	}
-	return s.c.CloneRanges(ctx, src.GetIno(), dst, ranges)
+	return s.c.CloneRanges(ctx, src.Ino, dst, ranges)
 }

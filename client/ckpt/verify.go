@@ -15,7 +15,6 @@ import (
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // Problem is one thing Verify found wrong.
@@ -200,17 +199,17 @@ func (s *Store) stepFiles(ctx context.Context, in Info) ([]stepFile, error) {
 			return err
 		}
 		for _, e := range es {
-			name := path.Join(prefix, string(e.GetName()))
-			switch e.GetMode() & client.ModeType {
+			name := path.Join(prefix, e.Name)
+			switch e.Mode & client.ModeType {
 			case client.ModeDir:
-				if err := walk(e.GetIno(), name, depth+1); err != nil {
+				if err := walk(e.Ino, name, depth+1); err != nil {
 					return err
 				}
 			case client.ModeRegular:
 				if name == ManifestName || (prefix == "" && strings.HasPrefix(name, "."+ManifestName)) {
 					continue
 				}
-				out = append(out, stepFile{name: name, size: int64(e.GetAttr().GetSize())})
+				out = append(out, stepFile{name: name, size: int64(e.Attr.Size)})
 			}
 		}
 		return nil
@@ -283,7 +282,7 @@ func (s *Store) fillManifest(ctx context.Context, in Info, m *Manifest) error {
 	if err := s.writeNewFile(ctx, in.Ino, tmp, b); err != nil {
 		return fmt.Errorf("ckpt: write manifest of %s step %d: %w", in.Job, in.Step, err)
 	}
-	err = s.c.RenameIn(ctx, in.Ino, tmp, in.Ino, ManifestName, uint32(mdspb.RenameFlags_RENAME_NOREPLACE))
+	err = s.c.RenameIn(ctx, in.Ino, tmp, in.Ino, ManifestName, client.RenameNoReplace)
 	if err != nil {
 		s.c.UnlinkIn(ctx, in.Ino, tmp)
 		if errors.Is(err, errs.ErrExists) {

@@ -249,7 +249,7 @@ func (af *adminFlags) withClient(fn func(ctx context.Context, c *client.Client) 
 // client of the cluster, the attributes of PATH and the layout the flags
 // make of PATH's.
 func (af *adminFlags) layoutCmd(cmd *cobra.Command, dflt string,
-	run func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, l *mdspb.Layout) error) *cobra.Command {
+	run func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, l *mdspb.Layout) error) *cobra.Command {
 	var lf layoutFlags
 	var comp compressFlags
 	cmd.Args = cobra.ExactArgs(1)
@@ -265,11 +265,11 @@ func (af *adminFlags) layoutCmd(cmd *cobra.Command, dflt string,
 			if err != nil {
 				return err
 			}
-			l, err := lf.layout(cmd, a.GetLayout())
+			l, err := lf.layout(cmd, a.Layout)
 			if err != nil {
 				return err
 			}
-			if l.Compression, err = comp.layout(cmd, a.GetLayout().GetCompression()); err != nil {
+			if l.Compression, err = comp.layout(cmd, a.Layout.GetCompression()); err != nil {
 				return err
 			}
 			return run(ctx, cmd, args[0], c, a, l)
@@ -295,8 +295,8 @@ type stripeReport struct {
 	CompressPlanes    uint32 `json:"compress_planes,omitempty"`
 }
 
-func stripeOf(path string, a *mdspb.Attr) stripeReport {
-	l := a.GetLayout()
+func stripeOf(path string, a *client.Attr) stripeReport {
+	l := a.Layout
 	typ := "file"
 	if client.IsDir(a) {
 		typ = "directory"
@@ -308,7 +308,7 @@ func stripeOf(path string, a *mdspb.Attr) stripeReport {
 	case l.GetM() == 0:
 		desc = fmt.Sprintf("striping over %d, no parity, unit %s", l.GetK(), humanBytes(uint64(l.GetUnit())))
 	}
-	r := stripeReport{Path: path, Ino: a.GetIno(), Type: typ, K: l.GetK(), M: l.GetM(), Unit: l.GetUnit()}
+	r := stripeReport{Path: path, Ino: a.Ino, Type: typ, K: l.GetK(), M: l.GetM(), Unit: l.GetUnit()}
 	desc += compressReport(l.GetCompression(), &r)
 	r.Layout = desc
 	return r
@@ -331,7 +331,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 			"or of an empty regular file. PATH is a path inside the file system (from its root; / is the root). " +
 			"--replicas N is k=1, m=N-1. --compress none|s2|zstd[:LEVEL] sets the compression attribute (docs/compression.md), " +
 			"which alone may also change on a file with data (its new extents follow it).",
-	}, "", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, l *mdspb.Layout) error {
+	}, "", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, l *mdspb.Layout) error {
 		// A layout the OSTs cannot hold: refused unless --force
 		// (OSTs may be added later); narrow, said (issue 18).
 		refuse, narrow := fitErr(ctx, c, l)
@@ -343,7 +343,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 		case narrow != nil:
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", narrow)
 		}
-		na, err := c.SetLayout(ctx, a.GetIno(), l)
+		na, err := c.SetLayout(ctx, a.Ino, l)
 		if err != nil {
 			return err
 		}

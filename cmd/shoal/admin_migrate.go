@@ -25,11 +25,11 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 			"file of the same directory and swapped in by one MDS transaction, only if FILE did not change meanwhile " +
 			"(else the copy starts over, up to three times). Readers keep reading throughout; FILE keeps its inode, " +
 			"names, owner, mode, times and xattrs. The layout is checked before anything is copied. See docs/admin.md.",
-	}, " (default: the file's)", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *mdspb.Attr, to *mdspb.Layout) error {
+	}, " (default: the file's)", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, to *mdspb.Layout) error {
 		if err := widthErr(ctx, c, to); err != nil {
 			return err
 		}
-		prog := newMigrateProgress(os.Stderr, a.GetSize(), !af.json && isTerminal(os.Stderr), af.json)
+		prog := newMigrateProgress(os.Stderr, a.Size, !af.json && isTerminal(os.Stderr), af.json)
 		t0 := time.Now()
 		res, err := c.Migrate(ctx, path, to, prog.set)
 		prog.done(err == nil && !res.Unchanged)

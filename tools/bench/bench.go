@@ -278,8 +278,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return nil, err
 		}
 		defer c.Close()
-		if a, err := c.GetAttr(ctx, client.RootIno); err == nil && a.GetLayout().GetK() > 0 {
-			l := a.GetLayout()
+		if a, err := c.GetAttr(ctx, client.RootIno); err == nil && a.Layout.GetK() > 0 {
+			l := a.Layout
 			overhead = float64(l.GetK()+l.GetM()) / float64(l.GetK())
 		}
 		root := "/" + run + "-api"

@@ -281,8 +281,8 @@ func (r *runner) compressText(ctx context.Context, api *target, c *client.Client
 			if err != nil {
 				return err
 			}
-			l := a.GetLayout()
-			if _, err := c.SetLayout(ctx, a.GetIno(), &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(),
+			l := a.Layout
+			if _, err := c.SetLayout(ctx, a.Ino, &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(),
 				Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD}}); err != nil {
 				return err
 			}

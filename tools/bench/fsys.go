@@ -149,8 +149,8 @@ func (a *apiFS) RemoveAll(p string) error {
 		return err
 	}
 	for _, e := range es {
-		child := path.Join(p, string(e.GetName()))
-		if e.GetMode()&client.ModeType == client.ModeDir {
+		child := path.Join(p, string(e.Name))
+		if e.Mode&client.ModeType == client.ModeDir {
 			if err := a.RemoveAll(child); err != nil {
 				return err
 			}
@@ -180,9 +180,9 @@ func (a *apiFS) dir(p string) (uint64, error) {
 		return 0, fmt.Errorf("%s is not a directory", p)
 	}
 	a.mu.Lock()
-	a.mu.dirs[p] = attr.GetIno()
+	a.mu.dirs[p] = attr.Ino
 	a.mu.Unlock()
-	return attr.GetIno(), nil
+	return attr.Ino, nil
 }
 
 func (a *apiFS) split(p string) (uint64, string, error) {
