@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -57,6 +58,9 @@ type Options struct {
 	Admin            AdminOptions          // the administration worker (admin_worker.go)
 	Placement        PlacementOptions      // where chunks go, narrow writes, full OSTs (placement.go)
 	Now              func() time.Time      // default time.Now
+	// CacheBytes is the size of Pebble's block cache (uncompressed
+	// blocks of the tables); default 128 MiB.
+	CacheBytes int64
 	// Raft makes this MDS one member of a replicated group
 	// (docs/mds-raft.md); nil: a single MDS, no Raft at all.
 	Raft *RaftOptions
@@ -120,6 +124,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = 128 << 20
 	}
 	if err := c.Admin.setDefaults(c.GCGrace); err != nil {
 		return c, err
@@ -226,7 +233,9 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 			}
 		}
 	}()
-	db, err := pebble.Open(opts.Dir, &pebble.Options{FS: opts.FS, Logger: pebbleLogger{opts.Logger}})
+	po := pebbleOptions(opts)
+	db, err := pebble.Open(opts.Dir, po)
+	po.Cache.Unref()
 	if err != nil {
 		return nil, fmt.Errorf("mds: open pebble in %s: %w", opts.Dir, err)
 	}
@@ -261,6 +270,21 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 	s.startWorkers() // admin_store.go
 	s.log.Info("mds open", "dir", opts.Dir, "osts", len(s.osts.m))
 	return s, nil
+}
+
+// pebbleOptions are the options of the MDS's database: a block cache
+// of o.CacheBytes, a memtable of 32 MiB (recent inodes and entries stay
+// in memory), and Bloom filters on every level, so that the lookups
+// that find nothing (the name a create makes, the request id of every
+// mutation) mostly read no table (docs/performance.md, "MDS reads").
+// The caller drops its reference to the cache once the database is open
+// (the database holds its own).
+func pebbleOptions(o Options) *pebble.Options {
+	po := &pebble.Options{FS: o.FS, Logger: pebbleLogger{o.Logger}, Cache: pebble.NewCache(o.CacheBytes), MemTableSize: 32 << 20}
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return po
 }
 
 // init checks the format version, or formats an empty database: version,
