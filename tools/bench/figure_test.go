@@ -32,6 +32,11 @@ func TestAssembleBaselinesAndTargets(t *testing.T) {
 	v.set("meta.create.1dir", "ops/s", pathDisk, 50000)
 	v.set("meta.create.1dir", "ops/s", pathAPI, 12000)
 	v.set("small.stat", "files/s", pathMount, 100) // no loopback measured
+	v.set("meta.fsync4k", "ops/s", pathLoopback, 2000)
+	v.set("meta.fsync4k", "ops/s", pathMount, 400) // 0.2 of loopback: MISS at 0.25
+	v.set("meta.mmap", "ops/s", pathDisk, 8000)
+	v.set("meta.mmap", "ops/s", pathLoopback, 2000)
+	v.set("meta.mmap", "ops/s", pathMount, 600) // 0.3 of loopback: PASS at 0.25
 	figs := assemble(v, 1.5)
 
 	cases := []struct {
@@ -46,6 +51,10 @@ func TestAssembleBaselinesAndTargets(t *testing.T) {
 		{"big.read.api", "MiB/s", "disk", 1600, 2000, 0.8, 0.8, "PASS"},
 		{"meta.create.1dir.api", "ops/s", "10000/s", 12000, 10000, 1.2, 1, "PASS"},
 		{"small.stat.mount", "files/s", "loopback", 100, 0, 0, 0, ""},
+		{"meta.fsync4k.mount", "ops/s", "loopback", 400, 2000, 0.2, 0.25, "MISS"},
+		{"meta.fsync4k.loopback", "ops/s", "disk", 2000, 0, 0, 0, ""},
+		{"meta.mmap.mount", "ops/s", "loopback", 600, 2000, 0.3, 0.25, "PASS"},
+		{"meta.mmap.loopback", "ops/s", "disk", 2000, 8000, 0.25, 0, ""},
 	}
 	for _, c := range cases {
 		f := find(t, figs, c.name, c.unit)
@@ -67,8 +76,8 @@ func TestAssembleBaselinesAndTargets(t *testing.T) {
 	}
 }
 
-// Every target issue 4 sets is on the figure it belongs to, and on no
-// other.
+// Every target issues 4 and 20 set is on the figure it belongs to, and on
+// no other.
 func TestTargetsOfIssue4(t *testing.T) {
 	want := map[string]float64{
 		"big.write.api": 0.6, "big.read.api": 0.8,
@@ -76,6 +85,8 @@ func TestTargetsOfIssue4(t *testing.T) {
 		"meta.create.1dir.mount": 0.5, "meta.stat.1dir.mount": 0.5, "meta.unlink.1dir.mount": 0.5,
 		"meta.create.ndirs.mount": 0.5, "meta.stat.ndirs.mount": 0.5, "meta.unlink.ndirs.mount": 0.5,
 		"meta.create.1dir.api": 1, "meta.create.ndirs.api": 1,
+		// Issue 20.
+		"meta.fsync4k.mount": 0.25, "meta.truncate.mount": 0.25, "meta.mmap.mount": 0.25,
 	}
 	v := values{}
 	for _, s := range specs {

@@ -392,7 +392,8 @@ const metaDirs = 32
 // meta: Files empty files created, stat'ed (cold), listed (cold),
 // renamed and unlinked by MetaThreads threads, first all in one
 // directory, then spread over 32 directories (where a rename moves the
-// file to the next directory); each run in new directories.
+// file to the next directory); each run in new directories. Then the
+// sync figures of one file (metasync.go).
 func (r *runner) meta(ctx context.Context) error {
 	N, T := r.o.Files, r.o.MetaThreads
 	r.progress("metadata: %d files, %d threads, in 1 directory and in %d", N, T, metaDirs)
@@ -495,7 +496,7 @@ func (r *runner) meta(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return r.metaSync(ctx) // metasync.go
 }
 
 // ckptRead is the read size of a checkpoint restore.
