@@ -41,9 +41,9 @@ func extentLogicalLen(ext *mdspb.Extent) int64 {
 	return int64(ext.GetLength())
 }
 
-// CompressionOptions converts a layout's compression attribute (nil:
+// compressionOptions converts a layout's compression attribute (nil:
 // none) to the options of internal/compress.
-func CompressionOptions(c *mdspb.Compression) compress.Options {
+func compressionOptions(c *mdspb.Compression) compress.Options {
 	if c == nil {
 		return compress.Options{}
 	}
@@ -94,7 +94,7 @@ type packed struct {
 // pays; else it keeps data as it is.
 func (c *Client) pack(l *mdspb.Layout, pol *compress.Options, fileOff int64, data []byte) *packed {
 	p := &packed{stored: data, logical: int64(len(data))}
-	o := CompressionOptions(l.GetCompression())
+	o := compressionOptions(l.GetCompression())
 	if pol != nil {
 		o = *pol
 	}

@@ -154,7 +154,7 @@ func (c *Client) newFile(ctx context.Context, ino uint64, h *handle, a *Attr, re
 	if a.Mode&sIFMT != sIFREG {
 		return nil, fmt.Errorf("not a regular file: %w", errs.ErrInvalid)
 	}
-	lo, err := layoutOf(a.Layout)
+	lo, err := layoutOf(a.Layout.wire())
 	if err != nil {
 		return nil, err
 	}

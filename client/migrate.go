@@ -13,12 +13,12 @@ import (
 
 // MigrateResult reports one migration.
 type MigrateResult struct {
-	Ino       uint64        `json:"ino"`
-	From      *mdspb.Layout `json:"from"`
-	To        *mdspb.Layout `json:"to"`
-	Bytes     int64         `json:"bytes_copied"`
-	Attempts  int           `json:"attempts"`
-	Unchanged bool          `json:"unchanged"` // already in the layout: nothing done
+	Ino       uint64 `json:"ino"`
+	From      Layout `json:"from"`
+	To        Layout `json:"to"`
+	Bytes     int64  `json:"bytes_copied"`
+	Attempts  int    `json:"attempts"`
+	Unchanged bool   `json:"unchanged"` // already in the layout: nothing done
 }
 
 // migrateAttempts is how often Migrate starts over when the file changes
@@ -36,8 +36,8 @@ const migratePiece = 16 << 20
 // file keeps its inode, names, owner, mode, times and xattrs; readers that
 // hold the old map keep reading the old extents until GC's grace period
 // ends. progress, when not nil, receives the bytes copied so far.
-func (c *Client) Migrate(ctx context.Context, p string, to *mdspb.Layout, progress func(int64)) (*MigrateResult, error) {
-	if _, err := layoutOf(to); err != nil {
+func (c *Client) Migrate(ctx context.Context, p string, to Layout, progress func(int64)) (*MigrateResult, error) {
+	if _, err := layoutOf(to.wire()); err != nil {
 		return nil, err
 	}
 	parent, name, err := c.resolveParent(ctx, p)
@@ -56,7 +56,7 @@ func (c *Client) Migrate(ctx context.Context, p string, to *mdspb.Layout, progre
 			return nil, fmt.Errorf("migrate %s: not a regular file: %w", p, errs.ErrInvalid)
 		}
 		res.Ino, res.From = a.Ino, a.Layout
-		if sameLayout(a.Layout, to) {
+		if sameLayout(a.Layout.wire(), to.wire()) {
 			res.Unchanged = true
 			return res, nil
 		}
@@ -80,7 +80,7 @@ func sameLayout(a, b *mdspb.Layout) bool {
 
 // migrateOnce makes one copy of file a (entered as name in parent) in
 // layout to and swaps it in. It returns the bytes copied.
-func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a *Attr, to *mdspb.Layout, progress func(int64)) (int64, error) {
+func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a *Attr, to Layout, progress func(int64)) (int64, error) {
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return 0, err
@@ -91,7 +91,7 @@ func (c *Client) migrateOnce(ctx context.Context, parent uint64, name string, a 
 	}
 	cr, err := c.mds.Create(ctx, &mdspb.CreateRequest{
 		Parent: parent, Name: []byte(tmpName), Mode: sIFREG | 0o600,
-		Uid: a.UID, Gid: a.GID, Exclusive: true, Layout: to,
+		Uid: a.UID, Gid: a.GID, Exclusive: true, Layout: to.wire(),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("migrate %s: create the copy: %w", name, err)

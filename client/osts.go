@@ -40,7 +40,7 @@ func (c *Client) ListOsts(ctx context.Context) (OSTList, error) {
 // created in it) or of the empty regular file ino; a file with data may
 // change only its compression, which its new extents follow. It returns
 // the new attributes.
-func (c *Client) SetLayout(ctx context.Context, ino uint64, l *mdspb.Layout) (*Attr, error) {
-	r, err := c.mds.SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: ino, Layout: l})
+func (c *Client) SetLayout(ctx context.Context, ino uint64, l Layout) (*Attr, error) {
+	r, err := c.mds.SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: ino, Layout: l.wire()})
 	return attrOf(r.GetAttr()), err
 }

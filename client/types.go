@@ -5,9 +5,8 @@ import (
 )
 
 // The client's own types for what its calls take and return, converted
-// from and to the wire's (mds/mdspb) here, in one place. Layouts
-// (Attr.Layout, SetLayout, Migrate) and the extents of the GPU read path
-// (ExtentMap, ReadExtent) are still the wire's.
+// from and to the wire's (mds/mdspb) here, in one place. The extents of
+// the GPU read path (ExtentMap, ReadExtent) are still the wire's.
 
 // Attr is an inode's attributes.
 type Attr struct {
@@ -19,8 +18,9 @@ type Attr struct {
 	Nlink uint32
 	// Times, in nanoseconds since the epoch.
 	AtimeNs, MtimeNs, CtimeNs int64
-	// Layout of a file, or of the files created in a directory.
-	Layout *mdspb.Layout
+	// Layout of a file, or of the files created in a directory; zero
+	// for an inode without one.
+	Layout Layout
 	Rdev   uint32 // a device's number (Linux's st_rdev encoding)
 }
 
@@ -33,8 +33,60 @@ func attrOf(a *mdspb.Attr) *Attr {
 		Ino: a.GetIno(), Mode: a.GetMode(), UID: a.GetUid(), GID: a.GetGid(),
 		Size: a.GetSize(), Nlink: a.GetNlink(),
 		AtimeNs: a.GetAtimeNs(), MtimeNs: a.GetMtimeNs(), CtimeNs: a.GetCtimeNs(),
-		Layout: a.GetLayout(), Rdev: a.GetRdev(),
+		Layout: layoutOfWire(a.GetLayout()), Rdev: a.GetRdev(),
 	}
+}
+
+// Layout is how a file's bytes are spread over the OSTs: rows of K data
+// and M parity chunks of Unit bytes each, compressed as Compression says
+// (docs/compression.md). The JSON names are the wire's.
+type Layout struct {
+	K           uint32      `json:"k,omitempty"`
+	M           uint32      `json:"m,omitempty"`
+	Unit        uint32      `json:"unit,omitempty"`
+	Compression Compression `json:"compression,omitzero"`
+}
+
+// Compression is a layout's compression attribute; the zero value
+// (CodecNone) stores extents raw.
+type Compression struct {
+	Codec        Codec  `json:"codec,omitempty"`
+	Level        int32  `json:"level,omitempty"`          // zstd 1..22 (0: 3); s2 ignores it
+	MinSavingPct uint32 `json:"min_saving_pct,omitempty"` // 0: the default, 10
+	// ElemSize, when 2, 4 or 8, splits every block into byte planes of
+	// elements of that width before it is compressed. 0: no planes.
+	ElemSize uint32 `json:"elem_size,omitempty"`
+}
+
+// Codec is a compression codec (internal/compress's values).
+type Codec int32
+
+// Codecs of Compression (the wire's values).
+const (
+	CodecNone = Codec(mdspb.Codec_CODEC_NONE)
+	CodecS2   = Codec(mdspb.Codec_CODEC_S2)
+	CodecZstd = Codec(mdspb.Codec_CODEC_ZSTD)
+)
+
+// layoutOfWire converts a wire layout; nil is the zero Layout.
+func layoutOfWire(l *mdspb.Layout) Layout {
+	out := Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit()}
+	if c := l.GetCompression(); c != nil {
+		out.Compression = Compression{Codec: Codec(c.GetCodec()), Level: c.GetLevel(), MinSavingPct: c.GetMinSavingPct(), ElemSize: c.GetElemSize()}
+	}
+	return out
+}
+
+// wire converts l; the zero Layout is nil, and the zero Compression none.
+func (l Layout) wire() *mdspb.Layout {
+	if l == (Layout{}) {
+		return nil
+	}
+	out := &mdspb.Layout{K: l.K, M: l.M, Unit: l.Unit}
+	if c := l.Compression; c != (Compression{}) {
+		out.Compression = &mdspb.Compression{Codec: mdspb.Codec(c.Codec), Level: c.Level, MinSavingPct: c.MinSavingPct, ElemSize: c.ElemSize}
+	}
+	return out
 }
 
 // IsDir reports whether a is a directory's.

@@ -48,7 +48,7 @@ func setCompress(t *testing.T, cl *cluster.Cluster, c *client.Client, p string, 
 		t.Fatal(err)
 	}
 	l := a.Layout
-	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.Ino, Layout: &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(), Compression: comp}}); err != nil {
+	if _, err := cl.MDSStub(c).SetLayout(ctx, &mdspb.SetLayoutRequest{Ino: a.Ino, Layout: &mdspb.Layout{K: l.K, M: l.M, Unit: l.Unit, Compression: comp}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -125,7 +125,7 @@ func TestCompressText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Layout.GetCompression().GetCodec() != mdspb.Codec_CODEC_ZSTD {
+	if a.Layout.Compression.Codec != client.CodecZstd {
 		t.Errorf("file layout %v does not inherit the directory's compression", a.Layout)
 	}
 	for _, ref := range extentsOf(t, cl, c, "/z/big") {
@@ -193,7 +193,7 @@ func TestCompressText(t *testing.T) {
 
 	// Migrate rewrites a raw file compressed (admin migrate --compress).
 	before = chunkBytes(t, cl, 6)
-	res, err := c.Migrate(ctx, "/raw/big", &mdspb.Layout{K: 4, M: 2, Unit: 1 << 20, Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_S2}}, nil)
+	res, err := c.Migrate(ctx, "/raw/big", client.Layout{K: 4, M: 2, Unit: 1 << 20, Compression: client.Compression{Codec: client.CodecS2}}, nil)
 	if err != nil || res.Unchanged {
 		t.Fatalf("migrate: %+v, %v", res, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -75,7 +76,7 @@ func TestAdminMigrate(t *testing.T) {
 		}
 	}()
 
-	check := func(to *mdspb.Layout) {
+	check := func(to client.Layout) {
 		t.Helper()
 		res, err := c.Migrate(ctx, "/m", to, nil)
 		if err != nil {
@@ -91,7 +92,7 @@ func TestAdminMigrate(t *testing.T) {
 		if a.Ino != before.Ino || a.Size != before.Size || a.Mode != before.Mode || a.MtimeNs != before.MtimeNs {
 			t.Fatalf("after migrate: %v, before %v", a, before)
 		}
-		if l := a.Layout; l.GetK() != to.K || l.GetM() != to.M || l.GetUnit() != to.Unit {
+		if l := a.Layout; l.K != to.K || l.M != to.M || l.Unit != to.Unit {
 			t.Fatalf("layout %v, want %v", l, to)
 		}
 		r, err := cl.MDSStub(c).GetExtents(ctx, &mdspb.GetExtentsRequest{Ino: a.Ino})
@@ -125,9 +126,9 @@ func TestAdminMigrate(t *testing.T) {
 			t.Fatalf("root holds %d entries after migrate, want only m", len(es))
 		}
 	}
-	check(&mdspb.Layout{K: 8, M: 2, Unit: 64 << 10})
-	check(&mdspb.Layout{K: 1, M: 2, Unit: 64 << 10}) // 3-way replication
-	if res, err := c.Migrate(ctx, "/m", &mdspb.Layout{K: 1, M: 2, Unit: 64 << 10}, nil); err != nil || !res.Unchanged {
+	check(client.Layout{K: 8, M: 2, Unit: 64 << 10})
+	check(client.Layout{K: 1, M: 2, Unit: 64 << 10}) // 3-way replication
+	if res, err := c.Migrate(ctx, "/m", client.Layout{K: 1, M: 2, Unit: 64 << 10}, nil); err != nil || !res.Unchanged {
 		t.Fatalf("migrate to the same layout: %+v, %v", res, err)
 	}
 	stop.Store(true)

@@ -249,7 +249,7 @@ func (af *adminFlags) withClient(fn func(ctx context.Context, c *client.Client) 
 // client of the cluster, the attributes of PATH and the layout the flags
 // make of PATH's.
 func (af *adminFlags) layoutCmd(cmd *cobra.Command, dflt string,
-	run func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, l *mdspb.Layout) error) *cobra.Command {
+	run func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, l client.Layout) error) *cobra.Command {
 	var lf layoutFlags
 	var comp compressFlags
 	cmd.Args = cobra.ExactArgs(1)
@@ -269,7 +269,7 @@ func (af *adminFlags) layoutCmd(cmd *cobra.Command, dflt string,
 			if err != nil {
 				return err
 			}
-			if l.Compression, err = comp.layout(cmd, a.Layout.GetCompression()); err != nil {
+			if l.Compression, err = comp.layout(cmd, a.Layout.Compression); err != nil {
 				return err
 			}
 			return run(ctx, cmd, args[0], c, a, l)
@@ -301,15 +301,15 @@ func stripeOf(path string, a *client.Attr) stripeReport {
 	if client.IsDir(a) {
 		typ = "directory"
 	}
-	desc := fmt.Sprintf("RS %d+%d, unit %s", l.GetK(), l.GetM(), humanBytes(uint64(l.GetUnit())))
+	desc := fmt.Sprintf("RS %d+%d, unit %s", l.K, l.M, humanBytes(uint64(l.Unit)))
 	switch {
-	case l.GetK() == 1:
-		desc = fmt.Sprintf("%d-way replication, unit %s", l.GetM()+1, humanBytes(uint64(l.GetUnit())))
-	case l.GetM() == 0:
-		desc = fmt.Sprintf("striping over %d, no parity, unit %s", l.GetK(), humanBytes(uint64(l.GetUnit())))
+	case l.K == 1:
+		desc = fmt.Sprintf("%d-way replication, unit %s", l.M+1, humanBytes(uint64(l.Unit)))
+	case l.M == 0:
+		desc = fmt.Sprintf("striping over %d, no parity, unit %s", l.K, humanBytes(uint64(l.Unit)))
 	}
-	r := stripeReport{Path: path, Ino: a.Ino, Type: typ, K: l.GetK(), M: l.GetM(), Unit: l.GetUnit()}
-	desc += compressReport(l.GetCompression(), &r)
+	r := stripeReport{Path: path, Ino: a.Ino, Type: typ, K: l.K, M: l.M, Unit: l.Unit}
+	desc += compressReport(l.Compression, &r)
 	r.Layout = desc
 	return r
 }
@@ -331,7 +331,7 @@ func adminSetstripeCmd(af *adminFlags) *cobra.Command {
 			"or of an empty regular file. PATH is a path inside the file system (from its root; / is the root). " +
 			"--replicas N is k=1, m=N-1. --compress none|s2|zstd[:LEVEL] sets the compression attribute (docs/compression.md), " +
 			"which alone may also change on a file with data (its new extents follow it).",
-	}, "", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, l *mdspb.Layout) error {
+	}, "", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, l client.Layout) error {
 		// A layout the OSTs cannot hold: refused unless --force
 		// (OSTs may be added later); narrow, said (issue 18).
 		refuse, narrow := fitErr(ctx, c, l)

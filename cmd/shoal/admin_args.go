@@ -15,7 +15,6 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/layout"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // checkPath refuses an empty path, which the client resolves to the
@@ -83,9 +82,9 @@ func (lf *layoutFlags) unitBytes() (uint32, error) {
 // layout returns the layout the flags ask for, the values of cur for the
 // flags left out, and checks it whole (k+m, say, when only one of them
 // was given).
-func (lf *layoutFlags) layout(cmd *cobra.Command, cur *mdspb.Layout) (*mdspb.Layout, error) {
+func (lf *layoutFlags) layout(cmd *cobra.Command, cur client.Layout) (client.Layout, error) {
 	ch := cmd.Flags().Changed
-	to := &mdspb.Layout{K: cur.GetK(), M: cur.GetM(), Unit: cur.GetUnit()}
+	to := client.Layout{K: cur.K, M: cur.M, Unit: cur.Unit}
 	switch {
 	case ch("replicas"):
 		to.K, to.M = 1, lf.replicas-1
@@ -100,7 +99,7 @@ func (lf *layoutFlags) layout(cmd *cobra.Command, cur *mdspb.Layout) (*mdspb.Lay
 	if ch("unit") {
 		u, err := lf.unitBytes()
 		if err != nil {
-			return nil, err
+			return client.Layout{}, err
 		}
 		to.Unit = u
 	}
@@ -109,7 +108,7 @@ func (lf *layoutFlags) layout(cmd *cobra.Command, cur *mdspb.Layout) (*mdspb.Lay
 		l.M = layout.MaxShards + 1 // no wrap in the check below
 	}
 	if err := l.Validate(); err != nil {
-		return nil, fmt.Errorf("k=%d m=%d unit=%d: want k from 1, k+m at most %d, a unit that is a multiple of 4 KiB from 4 KiB to 16 MiB: %w", to.K, to.M, to.Unit, layout.MaxShards, err)
+		return client.Layout{}, fmt.Errorf("k=%d m=%d unit=%d: want k from 1, k+m at most %d, a unit that is a multiple of 4 KiB from 4 KiB to 16 MiB: %w", to.K, to.M, to.Unit, layout.MaxShards, err)
 	}
 	return to, nil
 }
@@ -118,7 +117,7 @@ func (lf *layoutFlags) layout(cmd *cobra.Command, cur *mdspb.Layout) (*mdspb.Lay
 // needs k+m distinct OSTs and fewer are registered (removed ones aside).
 // nil when it fits, or when the OSTs cannot be listed (the MDS then says
 // what is wrong at the first write).
-func widthErr(ctx context.Context, c *client.Client, l *mdspb.Layout) error {
+func widthErr(ctx context.Context, c *client.Client, l client.Layout) error {
 	r, err := c.ListOsts(ctx)
 	if err != nil {
 		return nil
@@ -129,8 +128,8 @@ func widthErr(ctx context.Context, c *client.Client, l *mdspb.Layout) error {
 			n++
 		}
 	}
-	if w := int(l.GetK() + l.GetM()); w > n {
-		return fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts)", l.GetK(), l.GetM(), w, n)
+	if w := int(l.K + l.M); w > n {
+		return fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts)", l.K, l.M, w, n)
 	}
 	return nil
 }
@@ -141,7 +140,7 @@ func widthErr(ctx context.Context, c *client.Client, l *mdspb.Layout) error {
 // place); narrow when its files would be written narrow and never
 // widened (fewer than k+m). Both nil when it fits or the OSTs cannot be
 // listed.
-func fitErr(ctx context.Context, c *client.Client, l *mdspb.Layout) (refuse, narrow error) {
+func fitErr(ctx context.Context, c *client.Client, l client.Layout) (refuse, narrow error) {
 	r, err := c.ListOsts(ctx)
 	if err != nil {
 		return nil, nil
@@ -152,13 +151,13 @@ func fitErr(ctx context.Context, c *client.Client, l *mdspb.Layout) (refuse, nar
 			n++
 		}
 	}
-	w := int(l.GetK() + l.GetM())
-	need := int(l.GetK()) + min(r.MinParity, int(l.GetM()))
+	w := int(l.K + l.M)
+	need := int(l.K) + min(r.MinParity, int(l.M))
 	switch {
 	case need > n:
-		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there", l.GetK(), l.GetM(), need, r.MinParity, n), nil
+		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there", l.K, l.M, need, r.MinParity, n), nil
 	case w > n:
-		return nil, fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts): its files are written narrow, with %d parity chunks, until there are enough", l.GetK(), l.GetM(), w, n, n-int(l.GetK()))
+		return nil, fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts): its files are written narrow, with %d parity chunks, until there are enough", l.K, l.M, w, n, n-int(l.K))
 	}
 	return nil, nil
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/compress"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // compressFlags are setstripe's compression flags (docs/compression.md).
@@ -25,25 +25,22 @@ func (f *compressFlags) register(cmd *cobra.Command) {
 
 // layout returns the compression attribute to set: the flags where given,
 // else cur's.
-func (f *compressFlags) layout(cmd *cobra.Command, cur *mdspb.Compression) (*mdspb.Compression, error) {
+func (f *compressFlags) layout(cmd *cobra.Command, cur client.Compression) (client.Compression, error) {
 	ch := cmd.Flags().Changed
 	if !ch("compress") && !ch("compress-min-saving") && !ch("compress-planes") {
 		return cur, nil
 	}
-	out := &mdspb.Compression{}
-	if cur != nil {
-		out.Codec, out.Level, out.MinSavingPct, out.ElemSize = cur.GetCodec(), cur.GetLevel(), cur.GetMinSavingPct(), cur.GetElemSize()
-	}
+	out := cur
 	if ch("compress") {
 		c, lvl, err := compress.ParseSpec(f.spec)
 		if err != nil {
-			return nil, err
+			return client.Compression{}, err
 		}
-		out.Codec, out.Level = mdspb.Codec(c), int32(lvl)
+		out.Codec, out.Level = client.Codec(c), int32(lvl)
 	}
 	if ch("compress-min-saving") {
 		if f.minSaving > 99 {
-			return nil, fmt.Errorf("--compress-min-saving %d: at most 99", f.minSaving)
+			return client.Compression{}, fmt.Errorf("--compress-min-saving %d: at most 99", f.minSaving)
 		}
 		out.MinSavingPct = f.minSaving
 	}
@@ -51,36 +48,36 @@ func (f *compressFlags) layout(cmd *cobra.Command, cur *mdspb.Compression) (*mds
 		switch f.planes {
 		case 0, 1, 2, 4, 8:
 		default:
-			return nil, fmt.Errorf("--compress-planes %d: want 0, 2, 4 or 8", f.planes)
+			return client.Compression{}, fmt.Errorf("--compress-planes %d: want 0, 2, 4 or 8", f.planes)
 		}
 		out.ElemSize = f.planes
 	}
-	if out.Codec == mdspb.Codec_CODEC_NONE {
-		return nil, nil
+	if out.Codec == client.CodecNone {
+		return client.Compression{}, nil
 	}
 	return out, nil
 }
 
 // compressReport fills r's compression fields from c and returns the
 // text getstripe appends to the layout ("" for none).
-func compressReport(c *mdspb.Compression, r *stripeReport) string {
-	r.Compress = compress.Codec(c.GetCodec()).String()
-	if c.GetCodec() == mdspb.Codec_CODEC_NONE {
+func compressReport(c client.Compression, r *stripeReport) string {
+	r.Compress = compress.Codec(c.Codec).String()
+	if c.Codec == client.CodecNone {
 		return ""
 	}
-	if c.GetCodec() == mdspb.Codec_CODEC_ZSTD {
-		lvl := int(c.GetLevel())
+	if c.Codec == client.CodecZstd {
+		lvl := int(c.Level)
 		if lvl == 0 {
 			lvl = compress.DefaultZstdLevel
 		}
 		r.Compress += ":" + strconv.Itoa(lvl)
 	}
-	r.CompressMinSaving = c.GetMinSavingPct()
+	r.CompressMinSaving = c.MinSavingPct
 	if r.CompressMinSaving == 0 {
 		r.CompressMinSaving = compress.DefaultMinSavingPct
 	}
 	s := fmt.Sprintf(", compress %s (stored raw unless it saves %d%%", r.Compress, r.CompressMinSaving)
-	if w := c.GetElemSize(); w > 1 {
+	if w := c.ElemSize; w > 1 {
 		r.CompressPlanes = w
 		s += fmt.Sprintf("; byte planes of %d-byte elements", w)
 	}

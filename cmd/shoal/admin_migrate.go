@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 func adminMigrateCmd(af *adminFlags) *cobra.Command {
@@ -25,7 +24,7 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 			"file of the same directory and swapped in by one MDS transaction, only if FILE did not change meanwhile " +
 			"(else the copy starts over, up to three times). Readers keep reading throughout; FILE keeps its inode, " +
 			"names, owner, mode, times and xattrs. The layout is checked before anything is copied. See docs/admin.md.",
-	}, " (default: the file's)", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, to *mdspb.Layout) error {
+	}, " (default: the file's)", func(ctx context.Context, cmd *cobra.Command, path string, c *client.Client, a *client.Attr, to client.Layout) error {
 		if err := widthErr(ctx, c, to); err != nil {
 			return err
 		}
@@ -48,7 +47,7 @@ func adminMigrateCmd(af *adminFlags) *cobra.Command {
 			return err
 		}
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s (inode %d): k=%d m=%d unit=%d -> k=%d m=%d unit=%d, %d bytes copied in %.1fs (%d attempt(s))\n",
-			path, res.Ino, res.From.GetK(), res.From.GetM(), res.From.GetUnit(), to.K, to.M, to.Unit,
+			path, res.Ino, res.From.K, res.From.M, res.From.Unit, to.K, to.M, to.Unit,
 			res.Bytes, time.Since(t0).Seconds(), res.Attempts)
 		return err
 	})

@@ -278,9 +278,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return nil, err
 		}
 		defer c.Close()
-		if a, err := c.GetAttr(ctx, client.RootIno); err == nil && a.Layout.GetK() > 0 {
+		if a, err := c.GetAttr(ctx, client.RootIno); err == nil && a.Layout.K > 0 {
 			l := a.Layout
-			overhead = float64(l.GetK()+l.GetM()) / float64(l.GetK())
+			overhead = float64(l.K+l.M) / float64(l.K)
 		}
 		root := "/" + run + "-api"
 		if err := c.Mkdir(ctx, root, 0o755); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt"
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // The compress group (opt-in: --only compress) measures compression
@@ -282,8 +281,8 @@ func (r *runner) compressText(ctx context.Context, api *target, c *client.Client
 				return err
 			}
 			l := a.Layout
-			if _, err := c.SetLayout(ctx, a.Ino, &mdspb.Layout{K: l.GetK(), M: l.GetM(), Unit: l.GetUnit(),
-				Compression: &mdspb.Compression{Codec: mdspb.Codec_CODEC_ZSTD}}); err != nil {
+			if _, err := c.SetLayout(ctx, a.Ino, client.Layout{K: l.K, M: l.M, Unit: l.Unit,
+				Compression: client.Compression{Codec: client.CodecZstd}}); err != nil {
 				return err
 			}
 		}
