@@ -236,11 +236,11 @@ func TestFakeCUDAReader(t *testing.T) {
 	// A flipped byte in a local chunk: caught after cuFileRead by the
 	// copy-back check, served through the client.
 	_, refs := f.snapshot()
-	ext := refs[0].GetExtent()
+	ext := refs[0].Extent
 	local := c.localOSTs(t, 3)
-	for j, id := range ext.GetOsts()[:lo.K] {
+	for j, id := range ext.OSTs[:lo.K] {
 		if dir, ok := local[id]; ok {
-			flipByte(t, chunkPath(dir, ext.GetId(), j), 10)
+			flipByte(t, chunkPath(dir, ext.ID, j), 10)
 			break
 		}
 	}

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // Align is the alignment of a direct read: its chunk offset, its length
@@ -22,7 +22,7 @@ const maxMerge = 16 << 20
 // span is a piece of a read: a contiguous run of file bytes inside one
 // cell, and where it goes in the destination.
 type span struct {
-	ext      *mdspb.Extent
+	ext      *client.Extent
 	extOff   int64 // offset in the extent's data
 	n        int64
 	dstOff   int64 // offset in the destination buffer
@@ -51,7 +51,7 @@ func chunkPath(dir string, id uint64, index int) string {
 // plan cuts the file range [off, off+n) into spans and holes. refs is the
 // file's extent map (ordered, non-overlapping); the bytes go to the
 // destination at dstOff, whose buffer starts at device address base.
-func plan(refs []*mdspb.ExtentRef, off, n int64, base uintptr, dstOff int64, local localFunc) ([]span, []hole, error) {
+func plan(refs []client.ExtentRef, off, n int64, base uintptr, dstOff int64, local localFunc) ([]span, []hole, error) {
 	if off < 0 || n < 0 {
 		return nil, nil, fmt.Errorf("gds: read [%d,+%d): %w", off, n, errs.ErrInvalid)
 	}
@@ -66,20 +66,20 @@ func plan(refs []*mdspb.ExtentRef, off, n int64, base uintptr, dstOff int64, loc
 		}
 	}
 	for _, r := range refs {
-		rs, re := int64(r.GetFileOff()), int64(r.GetFileOff()+r.GetLength())
+		rs, re := r.FileOff, r.FileOff+r.Length
 		if re <= off || rs >= end {
 			continue
 		}
 		s, e := max(off, rs), min(end, re)
 		addHole(s)
-		ext := r.GetExtent()
-		if ext.GetLogicalLength() != 0 {
+		ext := r.Extent
+		if ext.LogicalLength != 0 {
 			// A compressed extent (docs/compression.md): its chunks hold
 			// encoded blocks, so its bytes come decoded through the
 			// client, never straight from a chunk file. chunk -1 keeps
 			// the span apart from chunk pieces; chunkOff counts logical
 			// bytes so that pieces of one extent merge.
-			eoff := int64(r.GetExtentOff()) + s - rs
+			eoff := r.ExtentOff + s - rs
 			spans = merge(spans, span{ext: ext, extOff: eoff, n: e - s, dstOff: dstOff + s - off, chunk: -1, chunkOff: eoff})
 			pos = e
 			continue
@@ -88,19 +88,19 @@ func plan(refs []*mdspb.ExtentRef, off, n int64, base uintptr, dstOff int64, loc
 		if err != nil {
 			return nil, nil, err
 		}
-		eoff := int64(r.GetExtentOff()) + s - rs
+		eoff := r.ExtentOff + s - rs
 		pieces, err := g.Pieces(eoff, e-s)
 		if err != nil {
-			return nil, nil, fmt.Errorf("gds: extent %d: %w", ext.GetId(), err)
+			return nil, nil, fmt.Errorf("gds: extent %d: %w", ext.ID, err)
 		}
 		dir, isLocal := "", false
 		for _, p := range pieces {
 			if local != nil {
-				dir, isLocal = local(ext.GetOsts()[p.Chunk])
+				dir, isLocal = local(ext.OSTs[p.Chunk])
 			}
 			sp := span{ext: ext, extOff: eoff + p.BufOff, n: p.Len, dstOff: dstOff + s - off + p.BufOff, chunk: p.Chunk, chunkOff: p.ChunkOff}
 			if isLocal {
-				sp.local = chunkPath(dir, ext.GetId(), p.Chunk)
+				sp.local = chunkPath(dir, ext.ID, p.Chunk)
 			}
 			spans = appendAligned(spans, sp, base)
 		}
@@ -161,17 +161,17 @@ func merge(spans []span, sp span) []span {
 }
 
 // geometry validates an extent's layout and placement.
-func geometry(ext *mdspb.Extent) (layout.Geometry, error) {
-	l := ext.GetLayout()
-	if l == nil {
-		return layout.Geometry{}, fmt.Errorf("gds: extent %d has no layout: %w", ext.GetId(), errs.ErrCorrupt)
+func geometry(ext *client.Extent) (layout.Geometry, error) {
+	l := ext.Layout
+	if l == (client.Layout{}) {
+		return layout.Geometry{}, fmt.Errorf("gds: extent %d has no layout: %w", ext.ID, errs.ErrCorrupt)
 	}
-	lo := layout.Layout{K: int(l.GetK()), M: int(l.GetM()), Unit: int64(l.GetUnit())}
+	lo := layout.Layout{K: int(l.K), M: int(l.M), Unit: int64(l.Unit)}
 	if err := lo.Validate(); err != nil {
-		return layout.Geometry{}, fmt.Errorf("gds: extent %d: %w", ext.GetId(), err)
+		return layout.Geometry{}, fmt.Errorf("gds: extent %d: %w", ext.ID, err)
 	}
-	if len(ext.GetOsts()) != lo.Shards() {
-		return layout.Geometry{}, fmt.Errorf("gds: extent %d: placement of %d OSTs for %v: %w", ext.GetId(), len(ext.GetOsts()), lo, errs.ErrCorrupt)
+	if len(ext.OSTs) != lo.Shards() {
+		return layout.Geometry{}, fmt.Errorf("gds: extent %d: placement of %d OSTs for %v: %w", ext.ID, len(ext.OSTs), lo, errs.ErrCorrupt)
 	}
-	return lo.Geom(int64(ext.GetLength())), nil
+	return lo.Geom(ext.Length), nil
 }

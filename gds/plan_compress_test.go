@@ -12,8 +12,8 @@ import (
 func TestPlanCompressedExtent(t *testing.T) {
 	lo := layout.Layout{K: 4, M: 2, Unit: 64 << 10}
 	refs, size := extentMap(lo, []int64{4 * lo.RowData(), 2 * lo.RowData()}, 0)
-	ext := refs[0].GetExtent()
-	ext.LogicalLength, ext.Length = ext.GetLength(), ext.GetLength()/3 // stored bytes: a third
+	ext := refs[0].Extent
+	ext.LogicalLength, ext.Length = ext.Length, ext.Length/3 // stored bytes: a third
 	all := func(id uint32) (string, bool) { return "/d", true }
 	off := int64(5000)
 	spans, holes, err := plan(refs, off, size-off, 1<<20, 0, all)
@@ -24,7 +24,7 @@ func TestPlanCompressedExtent(t *testing.T) {
 		t.Fatalf("holes %v", holes)
 	}
 	first := spans[0]
-	if first.ext != ext || first.local != "" || first.direct || first.chunk != -1 || first.extOff != off || first.n != int64(ext.GetLogicalLength())-off || first.dstOff != 0 {
+	if first.ext != ext || first.local != "" || first.direct || first.chunk != -1 || first.extOff != off || first.n != int64(ext.LogicalLength)-off || first.dstOff != 0 {
 		t.Fatalf("compressed span %+v", first)
 	}
 	for _, sp := range spans[1:] {

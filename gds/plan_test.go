@@ -5,14 +5,14 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/layout"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // extentMap builds a file of extents of the given lengths under lo, with
 // gap bytes of hole before each, on OSTs 1..k+m rotated per extent.
-func extentMap(lo layout.Layout, lengths []int64, gap int64) ([]*mdspb.ExtentRef, int64) {
-	var refs []*mdspb.ExtentRef
+func extentMap(lo layout.Layout, lengths []int64, gap int64) ([]client.ExtentRef, int64) {
+	var refs []client.ExtentRef
 	var off int64
 	for i, n := range lengths {
 		off += gap
@@ -20,9 +20,9 @@ func extentMap(lo layout.Layout, lengths []int64, gap int64) ([]*mdspb.ExtentRef
 		for j := range osts {
 			osts[j] = uint32((i+j)%lo.Shards() + 1)
 		}
-		ext := &mdspb.Extent{Id: uint64(0x100 + i), Length: uint64(n), Osts: osts,
-			Layout: &mdspb.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)}}
-		refs = append(refs, &mdspb.ExtentRef{FileOff: uint64(off), Length: uint64(n), Extent: ext})
+		ext := &client.Extent{ID: uint64(0x100 + i), Length: n, OSTs: osts,
+			Layout: client.Layout{K: uint32(lo.K), M: uint32(lo.M), Unit: uint32(lo.Unit)}}
+		refs = append(refs, client.ExtentRef{FileOff: off, Length: n, Extent: ext})
 		off += n
 	}
 	return refs, off
@@ -31,7 +31,7 @@ func extentMap(lo layout.Layout, lengths []int64, gap int64) ([]*mdspb.ExtentRef
 // checkPlan checks that spans and holes tile [dstOff, dstOff+n) in order,
 // that every span's chunk offset holds the extent bytes it claims, and
 // that direct spans are local and aligned.
-func checkPlan(t *testing.T, refs []*mdspb.ExtentRef, spans []span, holes []hole, off, n int64, base uintptr, dstOff int64, localOST func(uint32) bool) {
+func checkPlan(t *testing.T, refs []client.ExtentRef, spans []span, holes []hole, off, n int64, base uintptr, dstOff int64, localOST func(uint32) bool) {
 	t.Helper()
 	type iv struct {
 		start, n int64
@@ -65,13 +65,13 @@ func checkPlan(t *testing.T, refs []*mdspb.ExtentRef, spans []span, holes []hole
 			t.Fatal(err)
 		}
 		// the file offset of the span's first byte
-		var ref *mdspb.ExtentRef
-		for _, r := range refs {
-			if r.GetExtent() == sp.ext {
-				ref = r
+		var ref *client.ExtentRef
+		for i := range refs {
+			if refs[i].Extent == sp.ext {
+				ref = &refs[i]
 			}
 		}
-		fileOff := int64(ref.GetFileOff()) + sp.extOff - int64(ref.GetExtentOff())
+		fileOff := ref.FileOff + sp.extOff - ref.ExtentOff
 		if fileOff != off+sp.dstOff-dstOff {
 			t.Fatalf("span at dst %d reads file %d, want %d", sp.dstOff, fileOff, off+sp.dstOff-dstOff)
 		}
@@ -87,9 +87,9 @@ func checkPlan(t *testing.T, refs []*mdspb.ExtentRef, spans []span, holes []hole
 				t.Fatalf("chunk %d offset %d holds extent byte %d, span says %d", sp.chunk, c, data, sp.extOff+i)
 			}
 		}
-		isLocal := localOST(sp.ext.GetOsts()[sp.chunk])
+		isLocal := localOST(sp.ext.OSTs[sp.chunk])
 		if (sp.local != "") != isLocal {
-			t.Fatalf("span local=%q, OST %d local=%v", sp.local, sp.ext.GetOsts()[sp.chunk], isLocal)
+			t.Fatalf("span local=%q, OST %d local=%v", sp.local, sp.ext.OSTs[sp.chunk], isLocal)
 		}
 		if sp.direct {
 			if !isLocal || sp.chunkOff%Align != 0 || sp.n%Align != 0 || (base+uintptr(sp.dstOff))%Align != 0 {

@@ -17,7 +17,6 @@ import (
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/checksum"
 	"github.com/shoalfs/shoal/internal/errs"
-	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // Options configure a Reader.
@@ -141,7 +140,7 @@ type File struct {
 
 	mu   sync.Mutex
 	size int64
-	refs []*mdspb.ExtentRef
+	refs []client.ExtentRef
 }
 
 // Open opens the file at path.
@@ -199,7 +198,7 @@ func (f *File) Client() *client.File { return f.cf }
 // Close releases the open file.
 func (f *File) Close(ctx context.Context) error { return f.cf.Close(ctx) }
 
-func (f *File) snapshot() (int64, []*mdspb.ExtentRef) {
+func (f *File) snapshot() (int64, []client.ExtentRef) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.size, f.refs
@@ -409,7 +408,7 @@ func (r *Reader) localFailed(sp span, err error, t *tally) {
 		reason = "missing"
 	}
 	r.m.localFailed.WithLabelValues(reason).Inc()
-	r.log.Warn("local chunk failed; reading it through the client", "extent", sp.ext.GetId(), "chunk", sp.chunk, "path", sp.local, "reason", reason, "err", err)
+	r.log.Warn("local chunk failed; reading it through the client", "extent", sp.ext.ID, "chunk", sp.chunk, "path", sp.local, "reason", reason, "err", err)
 	t.failed(sp, err)
 }
 
@@ -617,7 +616,7 @@ func (r *Reader) fetch(ctx context.Context, part span, buf []byte, files *fileCa
 		r.localFailed(part, err, t)
 	}
 	if err := r.cl.ReadExtent(ctx, part.ext, part.extOff, buf); err != nil {
-		return false, fmt.Errorf("gds: extent %d [%d,+%d): %w", part.ext.GetId(), part.extOff, len(buf), err)
+		return false, fmt.Errorf("gds: extent %d [%d,+%d): %w", part.ext.ID, part.extOff, len(buf), err)
 	}
 	return false, nil
 }

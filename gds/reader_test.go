@@ -207,11 +207,11 @@ func TestLocalChecksumFailure(t *testing.T) {
 	}
 	defer f.Close(ctx)
 	_, refs := f.snapshot()
-	ext := refs[0].GetExtent()
+	ext := refs[0].Extent
 	local := c.localOSTs(t, 6)
-	corrupt := chunkPath(local[ext.GetOsts()[0]], ext.GetId(), 0) // data chunk 0
-	missing := chunkPath(local[ext.GetOsts()[1]], ext.GetId(), 1) // data chunk 1
-	flipByte(t, corrupt, lo.Unit+100)                             // row 1
+	corrupt := chunkPath(local[ext.OSTs[0]], ext.ID, 0) // data chunk 0
+	missing := chunkPath(local[ext.OSTs[1]], ext.ID, 1) // data chunk 1
+	flipByte(t, corrupt, lo.Unit+100)                   // row 1
 	if err := removeFile(missing); err != nil {
 		t.Fatal(err)
 	}

@@ -79,12 +79,12 @@ func (c ctxReaderAt) readAt(p []byte, off int64) (int, error) {
 	clear(buf)
 	end := off + n
 	for _, r := range refs {
-		rs, re := int64(r.GetFileOff()), int64(r.GetFileOff()+r.GetLength())
+		rs, re := r.FileOff, r.FileOff+r.Length
 		s, e := max(rs, off), min(re, end)
 		if s >= e {
 			continue
 		}
-		if err := c.f.r.cl.ReadExtent(c.ctx, r.GetExtent(), int64(r.GetExtentOff())+s-rs, buf[s-off:e-off]); err != nil {
+		if err := c.f.r.cl.ReadExtent(c.ctx, r.Extent, r.ExtentOff+s-rs, buf[s-off:e-off]); err != nil {
 			return 0, fmt.Errorf("gds: read %d+%d of inode %d: %w", s, e-s, c.f.ino, err)
 		}
 	}
