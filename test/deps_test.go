@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,8 +11,10 @@ import (
 // TestDependencyRules enforces DESIGN.md's one-way arrows: servers never
 // import the client, the FUSE layer or each other; the client never imports
 // servers; gds uses the client, never the servers or the mount; internal/
-// packages import no Shoal package but internal/ ones;
-// and no library imports the testing package.
+// packages import no Shoal package but internal/ ones; the client's
+// users (fuse, gds, the checkpoint API, tools) reach the servers only
+// through its calls, never their gRPC stubs (issue 19); and no library
+// imports the testing package.
 func TestDependencyRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP (-short): go list over the module")
@@ -40,6 +43,8 @@ func TestDependencyRules(t *testing.T) {
 	allowed := func(imp string) bool { // the generated stubs are the servers' public API
 		return strings.HasSuffix(imp, "/mdspb") || strings.HasSuffix(imp, "/ostpb")
 	}
+	stubs := []string{mod + "mds/mdspb", mod + "ost/ostpb"}
+	clientUsers := []string{mod + "fuse", mod + "gds", mod + "client/ckpt", mod + "tools"}
 	n := 0
 	for dec.More() {
 		var p pkg
@@ -56,6 +61,16 @@ func TestDependencyRules(t *testing.T) {
 					if (imp == b || strings.HasPrefix(imp, b+"/")) && !allowed(imp) && !strings.HasPrefix(imp, r.from) {
 						t.Errorf("%s imports %s", p.ImportPath, imp)
 					}
+				}
+			}
+		}
+		for _, u := range clientUsers {
+			if p.ImportPath != u && !strings.HasPrefix(p.ImportPath, u+"/") {
+				continue
+			}
+			for _, imp := range p.Imports {
+				if slices.Contains(stubs, imp) {
+					t.Errorf("%s imports %s: it must use the client", p.ImportPath, imp)
 				}
 			}
 		}
