@@ -286,7 +286,7 @@ func (s *Server) handleCreate(ctx context.Context, req *mdspb.CreateRequest) (_ 
 		t.dirChanged(p)
 		out = attrReply(n)
 		out.Created = true
-		if err := t.setReply(out); err != nil {
+		if err := t.answer(out, p); err != nil {
 			return err
 		}
 		return s.openCreated(t, req, out)
@@ -301,6 +301,23 @@ func (s *Server) handleSync(ctx context.Context, _ *mdspb.Empty) (_ *mdspb.Empty
 		return nil, err
 	}
 	return &mdspb.Empty{}, nil
+}
+
+// answer records out as the mutation's answer (setReply), then gives it
+// the attributes of directory p as they are now, which the record leaves
+// out: a retry's answer has none (it may come long after).
+func (t *txn) answer(out proto.Message, p *mdspb.Inode) error {
+	if err := t.setReply(out); err != nil {
+		return err
+	}
+	pa := proto.Clone(p.Attr).(*mdspb.Attr)
+	switch o := out.(type) {
+	case *mdspb.AttrReply:
+		o.Parent = pa
+	case *mdspb.UnlinkReply:
+		o.Parent = pa
+	}
+	return nil
 }
 
 // newChild makes an inode of mode with nlink links at req's name in
@@ -373,7 +390,7 @@ func (s *Server) handleMkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *
 		p.Attr.Nlink++
 		t.dirChanged(p)
 		out = attrReply(n)
-		return t.setReply(out)
+		return t.answer(out, p)
 	})
 	return out, err
 }
@@ -417,7 +434,7 @@ func (s *Server) handleSymlink(ctx context.Context, req *mdspb.SymlinkRequest) (
 		}
 		t.dirChanged(p)
 		out = attrReply(n)
-		return t.setReply(out)
+		return t.answer(out, p)
 	})
 	return out, err
 }
@@ -473,7 +490,7 @@ func (s *Server) handleLink(ctx context.Context, req *mdspb.LinkRequest) (_ *mds
 		t.touch(n)
 		t.dirChanged(p)
 		out = attrReply(n)
-		return t.setReply(out)
+		return t.answer(out, p)
 	})
 	return out, err
 }
@@ -559,7 +576,7 @@ func (s *Server) handleUnlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ 
 		}
 		t.dirChanged(p)
 		out = &mdspb.UnlinkReply{Attr: proto.Clone(n.Attr).(*mdspb.Attr)}
-		return t.setReply(out)
+		return t.answer(out, p)
 	})
 	return out, err
 }

@@ -1084,10 +1084,15 @@ func (*Empty) Descriptor() ([]byte, []int) {
 }
 
 type AttrReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	Handle        uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`   // Create with open_session: the open handle
-	Created       bool                   `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"` // Create: the file is new (its extent map is empty)
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attr    *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Handle  uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`   // Create with open_session: the open handle
+	Created bool                   `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"` // Create: the file is new (its extent map is empty)
+	// Create, Mkdir, Symlink, Link: the directory the entry went into,
+	// right after the call (a client may answer the kernel's next getattr
+	// of it from this, within its attribute timeout). Not in a retry's
+	// answer.
+	Parent        *Attr `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1141,6 +1146,13 @@ func (x *AttrReply) GetCreated() bool {
 		return x.Created
 	}
 	return false
+}
+
+func (x *AttrReply) GetParent() *Attr {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
 }
 
 type LookupRequest struct {
@@ -1685,7 +1697,8 @@ func (x *UnlinkRequest) GetName() []byte {
 
 type UnlinkReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"` // the unlinked inode after the call (nlink may be 0)
+	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`     // the unlinked inode after the call (nlink may be 0)
+	Parent        *Attr                  `protobuf:"bytes,2,opt,name=parent,proto3" json:"parent,omitempty"` // the directory, right after the call (as AttrReply.parent)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1723,6 +1736,13 @@ func (*UnlinkReply) Descriptor() ([]byte, []int) {
 func (x *UnlinkReply) GetAttr() *Attr {
 	if x != nil {
 		return x.Attr
+	}
+	return nil
+}
+
+func (x *UnlinkReply) GetParent() *Attr {
+	if x != nil {
+		return x.Parent
 	}
 	return nil
 }
@@ -5609,11 +5629,12 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05state\x18\v \x01(\tR\x05state\x12\x1a\n" +
 	"\bnearfull\x18\f \x01(\bR\bnearfull\x12\x12\n" +
 	"\x04full\x18\r \x01(\bR\x04full\"\a\n" +
-	"\x05Empty\"e\n" +
+	"\x05Empty\"\x91\x01\n" +
 	"\tAttrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\";\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\x12*\n" +
+	"\x06parent\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\";\n" +
 	"\rLookupRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"\"\n" +
@@ -5653,9 +5674,10 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\bnew_name\x18\x03 \x01(\fR\anewName\";\n" +
 	"\rUnlinkRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name\"5\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"a\n" +
 	"\vUnlinkReply\x12&\n" +
-	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\"\x99\x01\n" +
+	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12*\n" +
+	"\x06parent\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\"\x99\x01\n" +
 	"\rRenameRequest\x12\x1d\n" +
 	"\n" +
 	"old_parent\x18\x01 \x01(\x04R\toldParent\x12\x19\n" +
@@ -6136,125 +6158,127 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	10, // 5: shoal.mds.v1.ExtentRef.extent:type_name -> shoal.mds.v1.Extent
 	8,  // 6: shoal.mds.v1.DirEntry.attr:type_name -> shoal.mds.v1.Attr
 	8,  // 7: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 8: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
-	8,  // 9: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
-	12, // 10: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	8,  // 11: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 12: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	10, // 13: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	11, // 14: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	13, // 15: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	8,  // 16: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 17: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	4,  // 18: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	5,  // 19: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	54, // 20: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	54, // 21: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	54, // 22: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	58, // 23: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
-	8,  // 24: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 25: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
-	63, // 26: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	78, // 27: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
-	67, // 28: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	66, // 29: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	70, // 30: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	73, // 31: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
-	78, // 32: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
-	81, // 33: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
-	16, // 34: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 35: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 36: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	19, // 37: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	19, // 38: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	20, // 39: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	17, // 40: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	22, // 41: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	23, // 42: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 43: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	25, // 44: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	26, // 45: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	28, // 46: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	30, // 47: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	32, // 48: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	34, // 49: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	35, // 50: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	36, // 51: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	38, // 52: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	39, // 53: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	41, // 54: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	42, // 55: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	44, // 56: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	46, // 57: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	47, // 58: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	49, // 59: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	49, // 60: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	51, // 61: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	53, // 62: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	55, // 63: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	55, // 64: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 65: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	59, // 66: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	61, // 67: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	62, // 68: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	63, // 69: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	64, // 70: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	64, // 71: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	63, // 72: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	72, // 73: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	75, // 74: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	71, // 75: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	77, // 76: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	79, // 77: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
-	15, // 78: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 79: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 80: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 81: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 82: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 83: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 84: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 85: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 86: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	14, // 87: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	14, // 88: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	27, // 89: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	29, // 90: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	31, // 91: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	33, // 92: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 93: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 94: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	37, // 95: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 96: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	40, // 97: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 98: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	43, // 99: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	45, // 100: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 101: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	48, // 102: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	50, // 103: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 104: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	52, // 105: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 106: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	56, // 107: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	57, // 108: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 109: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	60, // 110: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 111: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 112: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	65, // 113: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 114: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 115: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	68, // 116: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	74, // 117: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	76, // 118: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 119: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 120: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	80, // 121: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
-	78, // [78:122] is the sub-list for method output_type
-	34, // [34:78] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	8,  // 8: shoal.mds.v1.AttrReply.parent:type_name -> shoal.mds.v1.Attr
+	6,  // 9: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
+	8,  // 10: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
+	8,  // 11: shoal.mds.v1.UnlinkReply.parent:type_name -> shoal.mds.v1.Attr
+	12, // 12: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	8,  // 13: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 14: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	10, // 15: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	11, // 16: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	13, // 17: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	8,  // 18: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 19: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	4,  // 20: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	5,  // 21: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	54, // 22: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	54, // 23: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	54, // 24: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	58, // 25: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	8,  // 26: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 27: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
+	63, // 28: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	78, // 29: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
+	67, // 30: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	66, // 31: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	70, // 32: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	73, // 33: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	78, // 34: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
+	81, // 35: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
+	16, // 36: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 37: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 38: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	19, // 39: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	19, // 40: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	20, // 41: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	17, // 42: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	22, // 43: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	23, // 44: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 45: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	25, // 46: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	26, // 47: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	28, // 48: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	30, // 49: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	32, // 50: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	34, // 51: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	35, // 52: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	36, // 53: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	38, // 54: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	39, // 55: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	41, // 56: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	42, // 57: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	44, // 58: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	46, // 59: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	47, // 60: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	49, // 61: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	49, // 62: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	51, // 63: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	53, // 64: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	55, // 65: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	55, // 66: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 67: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	59, // 68: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	61, // 69: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	62, // 70: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	63, // 71: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	64, // 72: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	64, // 73: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	63, // 74: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	72, // 75: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	75, // 76: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	71, // 77: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	77, // 78: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	79, // 79: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	15, // 80: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 81: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 82: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 83: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 84: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 85: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 86: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 87: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 88: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	14, // 89: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
+	14, // 90: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
+	27, // 91: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	29, // 92: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	31, // 93: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	33, // 94: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 95: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 96: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	37, // 97: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 98: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	40, // 99: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 100: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	43, // 101: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	45, // 102: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 103: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	48, // 104: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	50, // 105: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 106: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	52, // 107: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 108: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	56, // 109: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	57, // 110: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 111: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	60, // 112: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 113: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 114: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	65, // 115: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 116: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	65, // 117: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	68, // 118: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	74, // 119: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	76, // 120: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 121: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 122: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	80, // 123: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	80, // [80:124] is the sub-list for method output_type
+	36, // [36:80] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
