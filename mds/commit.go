@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
 // committer makes mutations durable. Open chooses one, once: a
@@ -66,6 +67,33 @@ type stateMachine interface {
 func (s *Server) commit(ctx context.Context, fn func(t *txn) error) error {
 	ci := callFrom(ctx)
 	return s.commits.commit(ctx, ci.reqID, ci.early, fn)
+}
+
+// commitOn is commit for a mutation of inode ino by the call's caller:
+// fn gets the caller and the inode (ErrNotFound if there is none).
+func (s *Server) commitOn(ctx context.Context, ino uint64, fn func(t *txn, cl caller, n *mdspb.Inode) error) error {
+	cl := s.callerOf(ctx)
+	return s.commit(ctx, func(t *txn) error {
+		n, err := t.inode(ino)
+		if err != nil {
+			return err
+		}
+		return fn(t, cl, n)
+	})
+}
+
+// commitIn is commit for a mutation in directory dir by the call's
+// caller: fn gets the caller and the directory (ErrNotFound if there is
+// none, ErrNotDir if it is not one).
+func (s *Server) commitIn(ctx context.Context, dir uint64, fn func(t *txn, cl caller, d *mdspb.Inode) error) error {
+	cl := s.callerOf(ctx)
+	return s.commit(ctx, func(t *txn) error {
+		d, err := t.dir(dir)
+		if err != nil {
+			return err
+		}
+		return fn(t, cl, d)
+	})
 }
 
 // update is commit for a mutation made for no call: no request id, no

@@ -134,13 +134,8 @@ func (s *Server) handleSetAttr(ctx context.Context, req *mdspb.SetAttrRequest) (
 		return nil, fmt.Errorf("setattr: unknown valid bits %#x: %w", valid&^setAttrAll, errs.ErrInvalid)
 	}
 	has := func(b mdspb.SetAttrBits) bool { return valid&uint32(b) != 0 }
-	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.commit(ctx, func(t *txn) error {
-		n, err := t.inode(req.GetIno())
-		if err != nil {
-			return err
-		}
+	err = s.commitOn(ctx, req.GetIno(), func(t *txn, cl caller, n *mdspb.Inode) error {
 		a := n.Attr
 		if err := cl.checkSetAttr(a, req); err != nil {
 			return err
@@ -320,6 +315,23 @@ func (t *txn) answer(out proto.Message, p *mdspb.Inode) error {
 	return nil
 }
 
+// removable returns the inode and mode of the entry name in directory p
+// that an unlink or rmdir (op) by cl removes: cl must be able to write p;
+// ErrNotFound if there is no such entry.
+func (t *txn) removable(cl caller, p *mdspb.Inode, name []byte, op string) (ino uint64, mode uint32, err error) {
+	if err := cl.check(p.Attr, mayWrite|mayExec, op); err != nil {
+		return 0, 0, err
+	}
+	ino, mode, ok, err := t.dentry(p.Attr.Ino, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
+		return 0, 0, fmt.Errorf("%s %q: %w", op, name, errs.ErrNotFound)
+	}
+	return ino, mode, nil
+}
+
 // newChild makes an inode of mode with nlink links at req's name in
 // directory p, as a create or mkdir (op) by cl asks: cl must be able to
 // write p; the owner is the one cl.newOwner gives; the layout req's, or
@@ -365,13 +377,8 @@ func (s *Server) handleMkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *
 			return nil, err
 		}
 	}
-	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.commit(ctx, func(t *txn) error {
-		p, err := t.dir(req.GetParent())
-		if err != nil {
-			return err
-		}
+	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		if err := cl.check(p.Attr, mayExec, "mkdir"); err != nil {
 			return err
 		}
@@ -407,13 +414,8 @@ func (s *Server) handleSymlink(ctx context.Context, req *mdspb.SymlinkRequest) (
 	case len(target) > maxSymlinkLen:
 		return nil, fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), maxSymlinkLen, errs.ErrNameTooLong)
 	}
-	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.commit(ctx, func(t *txn) error {
-		p, err := t.dir(req.GetParent())
-		if err != nil {
-			return err
-		}
+	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		if err := cl.check(p.Attr, mayWrite|mayExec, "symlink"); err != nil {
 			return err
 		}
@@ -456,13 +458,8 @@ func (s *Server) handleLink(ctx context.Context, req *mdspb.LinkRequest) (_ *mds
 	if err := validName(req.GetNewName()); err != nil {
 		return nil, err
 	}
-	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.commit(ctx, func(t *txn) error {
-		n, err := t.inode(req.GetIno())
-		if err != nil {
-			return err
-		}
+	err = s.commitOn(ctx, req.GetIno(), func(t *txn, cl caller, n *mdspb.Inode) error {
 		if isDir(n.Attr.Mode) {
 			return fmt.Errorf("link to directory %d: %w", n.Attr.Ino, errs.ErrNotPermitted)
 		}
@@ -541,22 +538,11 @@ func (s *Server) handleUnlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ 
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	cl := s.callerOf(ctx)
 	var out *mdspb.UnlinkReply
-	err = s.commit(ctx, func(t *txn) error {
-		p, err := t.dir(req.GetParent())
+	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
+		ino, mode, err := t.removable(cl, p, req.GetName(), "unlink")
 		if err != nil {
 			return err
-		}
-		if err := cl.check(p.Attr, mayWrite|mayExec, "unlink"); err != nil {
-			return err
-		}
-		ino, mode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("unlink %q: %w", req.GetName(), errs.ErrNotFound)
 		}
 		if isDir(mode) {
 			return fmt.Errorf("unlink %q: %w", req.GetName(), errs.ErrIsDir)
@@ -586,21 +572,10 @@ func (s *Server) handleRmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	cl := s.callerOf(ctx)
-	err = s.commit(ctx, func(t *txn) error {
-		p, err := t.dir(req.GetParent())
+	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
+		ino, mode, err := t.removable(cl, p, req.GetName(), "rmdir")
 		if err != nil {
 			return err
-		}
-		if err := cl.check(p.Attr, mayWrite|mayExec, "rmdir"); err != nil {
-			return err
-		}
-		ino, mode, ok, err := t.dentry(p.Attr.Ino, req.GetName())
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("rmdir %q: %w", req.GetName(), errs.ErrNotFound)
 		}
 		if !isDir(mode) {
 			return fmt.Errorf("rmdir %q: %w", req.GetName(), errs.ErrNotDir)

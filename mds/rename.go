@@ -62,12 +62,7 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 	}
 	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
 	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
-	cl := s.callerOf(ctx)
-	err = s.commit(ctx, func(t *txn) error {
-		op, err := t.dir(req.GetOldParent())
-		if err != nil {
-			return err
-		}
+	err = s.commitIn(ctx, req.GetOldParent(), func(t *txn, cl caller, op *mdspb.Inode) error {
 		np, err := t.dir(req.GetNewParent())
 		if err != nil {
 			return err

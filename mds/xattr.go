@@ -155,13 +155,8 @@ func (s *Server) handleSetXattr(ctx context.Context, req *mdspb.SetXattrRequest)
 	if flags&^xattrFlagsAll != 0 {
 		return nil, fmt.Errorf("setxattr: unknown flags %#x: %w", flags&^xattrFlagsAll, errs.ErrInvalid)
 	}
-	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.commit(ctx, func(t *txn) error {
-		n, err := t.inode(req.GetIno())
-		if err != nil {
-			return err
-		}
+	err = s.commitOn(ctx, req.GetIno(), func(t *txn, cl caller, n *mdspb.Inode) error {
 		if err := cl.xattrAccess(n, name, mayWrite); err != nil {
 			return err
 		}
@@ -268,13 +263,8 @@ func (s *Server) handleRemoveXattr(ctx context.Context, req *mdspb.RemoveXattrRe
 	if err := validXattrName(name); err != nil {
 		return nil, err
 	}
-	cl := s.callerOf(ctx)
 	var out *mdspb.AttrReply
-	err = s.commit(ctx, func(t *txn) error {
-		n, err := t.inode(req.GetIno())
-		if err != nil {
-			return err
-		}
+	err = s.commitOn(ctx, req.GetIno(), func(t *txn, cl caller, n *mdspb.Inode) error {
 		// The kernel removes security.capability itself, with the
 		// writer's credentials, when a file that has it is written
 		// (file_remove_privs): whoever may write the file may remove it.
