@@ -208,6 +208,9 @@ type Client struct {
 	mdsConn *wire.GroupConn
 	mds     mdspb.MdsClient
 	metrics *metrics
+	// dirs: directory attributes from the answers to this client's own
+	// namespace changes (dirattrs.go).
+	dirs dirAttrs
 
 	data *datanet.Client  // the data path to the OSTs
 	bufs *datanet.BufPool // chunk buffers: parity, rows, scratch

@@ -102,7 +102,9 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 	id := c.sessionID()
 	req := o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive)
 	req.OpenSession = id
+	seq := c.dirs.begin()
 	reply, err := c.mds.Create(c.nsCtx(ctx), req)
+	c.dirs.put(seq, reply.GetParent())
 	switch {
 	case errors.Is(err, errs.ErrStale):
 		// The session is gone and nothing was created: create without

@@ -16,6 +16,9 @@ type metrics struct {
 	// compressed ones.
 	compressIn     *prometheus.CounterVec
 	compressStored prometheus.Counter
+	// dirAttrHits counts directory getattrs answered from the client's
+	// own namespace changes (dirattrs.go).
+	dirAttrHits prometheus.Counter
 }
 
 func (m *metrics) compressed(logical, stored int) {
@@ -41,9 +44,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_compress_logical_bytes_total", Help: "Logical bytes of extents of compressing layouts, by outcome (compressed, raw)."}, []string{"outcome"}),
 		compressStored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_compress_stored_bytes_total", Help: "Stored bytes of the extents written compressed."}),
+		dirAttrHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_dir_attr_hits_total", Help: "Directory attribute requests answered from the answers to this client's own namespace changes, without the MDS."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits)
 	}
 	return m
 }

@@ -51,6 +51,7 @@ func (c *Client) GetAttr(ctx context.Context, ino uint64) (*Attr, error) {
 // change of an open file must go through File.Truncate instead, so that
 // its buffers agree.
 func (c *Client) SetAttr(ctx context.Context, ino uint64, s SetAttrs) (*Attr, error) {
+	defer c.dirs.drop(c.dirs.begin(), ino)
 	r, err := c.mds.SetAttr(c.nsCtx(ctx), s.request(ino))
 	return attrOf(r.GetAttr()), err
 }
@@ -81,7 +82,9 @@ func (o CreateOptions) createRequest(parent uint64, name string, mode uint32, ex
 // CreateIn creates a regular file name in parent. Without o.Exclusive an
 // existing regular file is returned instead.
 func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
+	seq := c.dirs.begin()
 	r, err := c.mds.Create(c.nsCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
+	c.dirs.put(seq, r.GetParent())
 	return attrOf(r.GetAttr()), err
 }
 
@@ -91,7 +94,9 @@ func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o Cre
 func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	req := o.createRequest(parent, name, o.Mode, true)
 	req.Rdev = o.Rdev
+	seq := c.dirs.begin()
 	r, err := c.mds.Create(c.nsCtx(ctx), req)
+	c.dirs.put(seq, r.GetParent())
 	return attrOf(r.GetAttr()), err
 }
 
@@ -117,14 +122,18 @@ func (c *Client) SyncNamespace(ctx context.Context) error {
 
 // MkdirIn creates directory name in parent.
 func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
+	seq := c.dirs.begin()
 	r, err := c.mds.Mkdir(c.nsCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
+	c.dirs.put(seq, r.GetParent())
 	return attrOf(r.GetAttr()), err
 }
 
 // SymlinkIn creates symlink name -> target in parent, owned by o.UID and
 // o.GID (the other options do not apply).
 func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, o CreateOptions) (*Attr, error) {
+	seq := c.dirs.begin()
 	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
+	c.dirs.put(seq, r.GetParent())
 	return attrOf(r.GetAttr()), err
 }
 
@@ -136,18 +145,23 @@ func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
 
 // LinkIn makes a hard link to ino named name in parent.
 func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*Attr, error) {
+	seq := c.dirs.begin()
 	r, err := c.mds.Link(c.nsCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
+	c.dirs.put(seq, r.GetParent())
 	return attrOf(r.GetAttr()), err
 }
 
 // UnlinkIn removes the non-directory name from parent.
 func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
-	_, err := c.mds.Unlink(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	seq := c.dirs.begin()
+	r, err := c.mds.Unlink(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	c.dirs.put(seq, r.GetParent())
 	return err
 }
 
 // RmdirIn removes the empty directory name from parent.
 func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error {
+	defer c.dirs.drop(c.dirs.begin(), parent)
 	_, err := c.mds.Rmdir(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
 	return err
 }
@@ -155,6 +169,7 @@ func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error 
 // RenameIn renames oldName in oldParent to newName in newParent, as
 // renameat2(2) with flags.
 func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags RenameFlags) error {
+	defer c.dirs.drop(c.dirs.begin(), oldParent, newParent)
 	_, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
 	return err
 }

@@ -19,6 +19,7 @@ const (
 // SetXattr sets the extended attribute name of ino to value and returns
 // the inode's new attributes (its ctime changes).
 func (c *Client) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) (*Attr, error) {
+	defer c.dirs.drop(c.dirs.begin(), ino)
 	r, err := c.mds.SetXattr(c.nsCtx(ctx), &mdspb.SetXattrRequest{Ino: ino, Name: []byte(name), Value: value, Flags: flags})
 	return attrOf(r.GetAttr()), err
 }
@@ -49,6 +50,7 @@ func (c *Client) ListXattr(ctx context.Context, ino uint64) ([]string, error) {
 // RemoveXattr removes the extended attribute name of ino and returns the
 // inode's new attributes; errs.ErrNoData if it is not set.
 func (c *Client) RemoveXattr(ctx context.Context, ino uint64, name string) (*Attr, error) {
+	defer c.dirs.drop(c.dirs.begin(), ino)
 	r, err := c.mds.RemoveXattr(c.nsCtx(ctx), &mdspb.RemoveXattrRequest{Ino: ino, Name: []byte(name)})
 	return attrOf(r.GetAttr()), err
 }

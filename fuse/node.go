@@ -82,12 +82,16 @@ func (m *Mounted) attrOf(op string, ino uint64, a *client.Attr, err error) (*cli
 	return a, 0
 }
 
-// getattr fetches n's attributes from the MDS. An inode removed while this
+// getattr fetches n's attributes from the MDS (or, for a directory this
+// mount just changed, from the MDS's answer to that change). An inode removed while this
 // mount holds it open (fstat after unlink, or after a rename over it) is
 // described by its last known attributes with a link count of 0, as a
 // local file system would.
 func (n *node) getattr(ctx context.Context) (*client.Attr, syscall.Errno) {
-	a, err := n.m.c.GetAttr(ctx, n.ino())
+	// A directory's attributes may come from the answer to this mount's
+	// own last change in it, if younger than the attribute timeout
+	// (client.GetAttrFresh): the kernel asks for them after each change.
+	a, err := n.m.c.GetAttrFresh(ctx, n.ino(), n.m.o.AttrTimeout)
 	if errors.Is(err, errs.ErrNotFound) && n.opens.Load() > 0 {
 		if last := n.last.Load(); last != nil {
 			gone := *last
