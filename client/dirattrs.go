@@ -65,6 +65,19 @@ func (d *dirAttrs) put(seq uint64, pa *mdspb.Attr) {
 	d.set(pa.GetIno(), dirAttr{a: attrOf(pa), seq: max(seq, old.seq), at: time.Now()})
 }
 
+// answered records what the answer to change seq in directory dir said
+// of it: its attributes (pa), or, when the answer has none (a retried
+// call's answer), a tombstone. A change that failed changed nothing.
+func (d *dirAttrs) answered(seq, dir uint64, pa *mdspb.Attr, err error) {
+	switch {
+	case err != nil:
+	case pa == nil:
+		d.drop(seq, dir)
+	default:
+		d.put(seq, pa)
+	}
+}
+
 // drop leaves a tombstone for each of inos after change seq.
 func (d *dirAttrs) drop(seq uint64, inos ...uint64) {
 	d.mu.Lock()

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -48,5 +49,22 @@ func TestDirAttrsOrder(t *testing.T) {
 	if b, _ := d.get(7, time.Minute); b.Nlink == 99 {
 		t.Fatal("get returned the kept attributes, not a copy")
 	}
-	d.put(d.begin(), nil) // a retry's answer has none: nothing happens
+	d.put(d.begin(), nil) // nothing to keep
+	if g := got(); g != 40 {
+		t.Fatalf("after an empty put: ctime %d, want 40", g)
+	}
+	s5 := d.begin()
+	d.answered(s5, 7, nil, errNone) // a retried change: its answer has no directory
+	if g := got(); g != -1 {
+		t.Fatalf("after an answer without the directory: ctime %d, want none", g)
+	}
+	d.answered(d.begin(), 7, attr(50), errFailed) // failed: changed nothing
+	if g := got(); g != -1 {
+		t.Fatalf("a failed change's answer was kept: %d", g)
+	}
 }
+
+var (
+	errNone   error
+	errFailed = errors.New("failed")
+)

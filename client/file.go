@@ -104,7 +104,7 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 	req.OpenSession = id
 	seq := c.dirs.begin()
 	reply, err := c.mds.Create(c.nsCtx(ctx), req)
-	c.dirs.put(seq, reply.GetParent())
+	c.dirs.answered(seq, parent, reply.GetParent(), err)
 	switch {
 	case errors.Is(err, errs.ErrStale):
 		// The session is gone and nothing was created: create without

@@ -84,7 +84,7 @@ func (o CreateOptions) createRequest(parent uint64, name string, mode uint32, ex
 func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	seq := c.dirs.begin()
 	r, err := c.mds.Create(c.nsCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
-	c.dirs.put(seq, r.GetParent())
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
 
@@ -96,7 +96,7 @@ func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o Crea
 	req.Rdev = o.Rdev
 	seq := c.dirs.begin()
 	r, err := c.mds.Create(c.nsCtx(ctx), req)
-	c.dirs.put(seq, r.GetParent())
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
 
@@ -124,7 +124,7 @@ func (c *Client) SyncNamespace(ctx context.Context) error {
 func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	seq := c.dirs.begin()
 	r, err := c.mds.Mkdir(c.nsCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
-	c.dirs.put(seq, r.GetParent())
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
 
@@ -133,7 +133,7 @@ func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o Crea
 func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, o CreateOptions) (*Attr, error) {
 	seq := c.dirs.begin()
 	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
-	c.dirs.put(seq, r.GetParent())
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
 
@@ -147,7 +147,7 @@ func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
 func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*Attr, error) {
 	seq := c.dirs.begin()
 	r, err := c.mds.Link(c.nsCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
-	c.dirs.put(seq, r.GetParent())
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
 
@@ -155,22 +155,25 @@ func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*
 func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
 	seq := c.dirs.begin()
 	r, err := c.mds.Unlink(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
-	c.dirs.put(seq, r.GetParent())
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return err
 }
 
 // RmdirIn removes the empty directory name from parent.
 func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error {
-	defer c.dirs.drop(c.dirs.begin(), parent)
-	_, err := c.mds.Rmdir(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	seq := c.dirs.begin()
+	r, err := c.mds.Rmdir(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return err
 }
 
 // RenameIn renames oldName in oldParent to newName in newParent, as
 // renameat2(2) with flags.
 func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags RenameFlags) error {
-	defer c.dirs.drop(c.dirs.begin(), oldParent, newParent)
-	_, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
+	seq := c.dirs.begin()
+	r, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
+	c.dirs.answered(seq, oldParent, r.GetOldParent(), err)
+	c.dirs.answered(seq, newParent, r.GetNewParent(), err)
 	return err
 }
 

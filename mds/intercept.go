@@ -38,7 +38,7 @@ type mutation struct {
 }
 
 func newAttrReply() proto.Message   { return &mdspb.AttrReply{} }
-func newEmptyReply() proto.Message  { return &mdspb.Empty{} }
+func newRenameReply() proto.Message { return &mdspb.RenameReply{} }
 func newUnlinkReply() proto.Message { return &mdspb.UnlinkReply{} }
 
 // mutations are the methods whose mutation the interceptor qualifies.
@@ -51,8 +51,8 @@ var mutations = map[string]mutation{
 	"Symlink":       {reply: newAttrReply, early: true},
 	"Link":          {reply: newAttrReply, early: true},
 	"Unlink":        {reply: newUnlinkReply, early: true},
-	"Rmdir":         {reply: newEmptyReply, early: true},
-	"Rename":        {reply: newEmptyReply, early: true},
+	"Rmdir":         {reply: newUnlinkReply, early: true},
+	"Rename":        {reply: newRenameReply, early: true},
 	"SetAttr":       {reply: newAttrReply, early: true},
 	"SetXattr":      {reply: newAttrReply, early: true},
 	"RemoveXattr":   {reply: newAttrReply, early: true},

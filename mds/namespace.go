@@ -305,7 +305,7 @@ func (t *txn) answer(out proto.Message, p *mdspb.Inode) error {
 	if err := t.setReply(out); err != nil {
 		return err
 	}
-	pa := proto.Clone(p.Attr).(*mdspb.Attr)
+	pa := cloneAttr(p)
 	switch o := out.(type) {
 	case *mdspb.AttrReply:
 		o.Parent = pa
@@ -331,6 +331,9 @@ func (t *txn) removable(cl caller, p *mdspb.Inode, name []byte, op string) (ino 
 	}
 	return ino, mode, nil
 }
+
+// cloneAttr is a copy of n's attributes.
+func cloneAttr(n *mdspb.Inode) *mdspb.Attr { return proto.Clone(n.Attr).(*mdspb.Attr) }
 
 // newChild makes an inode of mode with nlink links at req's name in
 // directory p, as a create or mkdir (op) by cl asks: cl must be able to
@@ -568,10 +571,11 @@ func (s *Server) handleUnlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ 
 }
 
 // Rmdir removes an empty directory.
-func (s *Server) handleRmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.Empty, err error) {
+func (s *Server) handleRmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *mdspb.UnlinkReply, err error) {
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
+	out := &mdspb.UnlinkReply{}
 	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		ino, mode, err := t.removable(cl, p, req.GetName(), "rmdir")
 		if err != nil {
@@ -594,10 +598,11 @@ func (s *Server) handleRmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *
 			return err
 		}
 		t.dirChanged(p)
+		out.Parent = cloneAttr(p)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &mdspb.Empty{}, nil
+	return out, nil
 }

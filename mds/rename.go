@@ -49,7 +49,7 @@ const renameAll = uint32(mdspb.RenameFlags_RENAME_NOREPLACE | mdspb.RenameFlags_
 
 // Rename moves old_parent/old_name to new_parent/new_name atomically, with
 // POSIX semantics, RENAME_NOREPLACE and RENAME_EXCHANGE.
-func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb.Empty, err error) {
+func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ *mdspb.RenameReply, err error) {
 	if err := validName(req.GetOldName()); err != nil {
 		return nil, err
 	}
@@ -62,6 +62,7 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 	}
 	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
 	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
+	out := &mdspb.RenameReply{}
 	err = s.commitIn(ctx, req.GetOldParent(), func(t *txn, cl caller, op *mdspb.Inode) error {
 		np, err := t.dir(req.GetNewParent())
 		if err != nil {
@@ -142,6 +143,7 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 			t.touch(dst)
 			t.dirChanged(op)
 			t.dirChanged(np)
+			out.OldParent, out.NewParent = cloneAttr(op), cloneAttr(np)
 			return nil
 		}
 		if dstOK {
@@ -179,10 +181,11 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 		t.touch(src)
 		t.dirChanged(op)
 		t.dirChanged(np)
+		out.OldParent, out.NewParent = cloneAttr(op), cloneAttr(np)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &mdspb.Empty{}, nil
+	return out, nil
 }

@@ -47,11 +47,11 @@ func (s *Server) Unlink(ctx context.Context, r *mdspb.UnlinkRequest) (*mdspb.Unl
 	return serve(s, ctx, "Unlink", r, s.handleUnlink)
 }
 
-func (s *Server) Rmdir(ctx context.Context, r *mdspb.UnlinkRequest) (*mdspb.Empty, error) {
+func (s *Server) Rmdir(ctx context.Context, r *mdspb.UnlinkRequest) (*mdspb.UnlinkReply, error) {
 	return serve(s, ctx, "Rmdir", r, s.handleRmdir)
 }
 
-func (s *Server) Rename(ctx context.Context, r *mdspb.RenameRequest) (*mdspb.Empty, error) {
+func (s *Server) Rename(ctx context.Context, r *mdspb.RenameRequest) (*mdspb.RenameReply, error) {
 	return serve(s, ctx, "Rename", r, s.handleRename)
 }
 

@@ -1747,6 +1747,59 @@ func (x *UnlinkReply) GetParent() *Attr {
 	return nil
 }
 
+// The directories of a rename right after the call (as AttrReply.parent).
+type RenameReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OldParent     *Attr                  `protobuf:"bytes,1,opt,name=old_parent,json=oldParent,proto3" json:"old_parent,omitempty"`
+	NewParent     *Attr                  `protobuf:"bytes,2,opt,name=new_parent,json=newParent,proto3" json:"new_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameReply) Reset() {
+	*x = RenameReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameReply) ProtoMessage() {}
+
+func (x *RenameReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameReply.ProtoReflect.Descriptor instead.
+func (*RenameReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RenameReply) GetOldParent() *Attr {
+	if x != nil {
+		return x.OldParent
+	}
+	return nil
+}
+
+func (x *RenameReply) GetNewParent() *Attr {
+	if x != nil {
+		return x.NewParent
+	}
+	return nil
+}
+
 type RenameRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OldParent     uint64                 `protobuf:"varint,1,opt,name=old_parent,json=oldParent,proto3" json:"old_parent,omitempty"`
@@ -1760,7 +1813,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1825,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1838,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{19}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenameRequest) GetOldParent() uint64 {
@@ -1835,7 +1888,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1900,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1913,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{20}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadDirRequest) GetIno() uint64 {
@@ -1901,7 +1954,7 @@ type ReadDirReply struct {
 
 func (x *ReadDirReply) Reset() {
 	*x = ReadDirReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1966,7 @@ func (x *ReadDirReply) String() string {
 func (*ReadDirReply) ProtoMessage() {}
 
 func (x *ReadDirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +1979,7 @@ func (x *ReadDirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirReply.ProtoReflect.Descriptor instead.
 func (*ReadDirReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadDirReply) GetEntries() []*DirEntry {
@@ -1951,7 +2004,7 @@ type StatFsRequest struct {
 
 func (x *StatFsRequest) Reset() {
 	*x = StatFsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2016,7 @@ func (x *StatFsRequest) String() string {
 func (*StatFsRequest) ProtoMessage() {}
 
 func (x *StatFsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2029,7 @@ func (x *StatFsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFsRequest.ProtoReflect.Descriptor instead.
 func (*StatFsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{22}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{23}
 }
 
 // StatFsReply counts the space of the live OSTs, each file system once, as
@@ -1994,7 +2047,7 @@ type StatFsReply struct {
 
 func (x *StatFsReply) Reset() {
 	*x = StatFsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2059,7 @@ func (x *StatFsReply) String() string {
 func (*StatFsReply) ProtoMessage() {}
 
 func (x *StatFsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2072,7 @@ func (x *StatFsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFsReply.ProtoReflect.Descriptor instead.
 func (*StatFsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{23}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatFsReply) GetTotalBytes() uint64 {
@@ -2066,7 +2119,7 @@ type GetExtentsRequest struct {
 
 func (x *GetExtentsRequest) Reset() {
 	*x = GetExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2131,7 @@ func (x *GetExtentsRequest) String() string {
 func (*GetExtentsRequest) ProtoMessage() {}
 
 func (x *GetExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2144,7 @@ func (x *GetExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentsRequest.ProtoReflect.Descriptor instead.
 func (*GetExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{24}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetExtentsRequest) GetIno() uint64 {
@@ -2115,7 +2168,7 @@ type GetExtentsReply struct {
 
 func (x *GetExtentsReply) Reset() {
 	*x = GetExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2180,7 @@ func (x *GetExtentsReply) String() string {
 func (*GetExtentsReply) ProtoMessage() {}
 
 func (x *GetExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2193,7 @@ func (x *GetExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentsReply.ProtoReflect.Descriptor instead.
 func (*GetExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{25}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetExtentsReply) GetAttr() *Attr {
@@ -2178,7 +2231,7 @@ type AllocExtentsRequest struct {
 
 func (x *AllocExtentsRequest) Reset() {
 	*x = AllocExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2243,7 @@ func (x *AllocExtentsRequest) String() string {
 func (*AllocExtentsRequest) ProtoMessage() {}
 
 func (x *AllocExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2256,7 @@ func (x *AllocExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocExtentsRequest.ProtoReflect.Descriptor instead.
 func (*AllocExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AllocExtentsRequest) GetIno() uint64 {
@@ -2251,7 +2304,7 @@ type AllocExtentsReply struct {
 
 func (x *AllocExtentsReply) Reset() {
 	*x = AllocExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2316,7 @@ func (x *AllocExtentsReply) String() string {
 func (*AllocExtentsReply) ProtoMessage() {}
 
 func (x *AllocExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2329,7 @@ func (x *AllocExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocExtentsReply.ProtoReflect.Descriptor instead.
 func (*AllocExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{27}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AllocExtentsReply) GetExtents() []*Extent {
@@ -2311,7 +2364,7 @@ type CommitExtentsRequest struct {
 
 func (x *CommitExtentsRequest) Reset() {
 	*x = CommitExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2376,7 @@ func (x *CommitExtentsRequest) String() string {
 func (*CommitExtentsRequest) ProtoMessage() {}
 
 func (x *CommitExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2389,7 @@ func (x *CommitExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CommitExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{28}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommitExtentsRequest) GetIno() uint64 {
@@ -2381,7 +2434,7 @@ type FallocateRequest struct {
 
 func (x *FallocateRequest) Reset() {
 	*x = FallocateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2446,7 @@ func (x *FallocateRequest) String() string {
 func (*FallocateRequest) ProtoMessage() {}
 
 func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2459,7 @@ func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FallocateRequest.ProtoReflect.Descriptor instead.
 func (*FallocateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FallocateRequest) GetIno() uint64 {
@@ -2457,7 +2510,7 @@ type RegisterOstRequest struct {
 
 func (x *RegisterOstRequest) Reset() {
 	*x = RegisterOstRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2522,7 @@ func (x *RegisterOstRequest) String() string {
 func (*RegisterOstRequest) ProtoMessage() {}
 
 func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2535,7 @@ func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstRequest.ProtoReflect.Descriptor instead.
 func (*RegisterOstRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterOstRequest) GetUuid() string {
@@ -2532,7 +2585,7 @@ type RegisterOstReply struct {
 
 func (x *RegisterOstReply) Reset() {
 	*x = RegisterOstReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2597,7 @@ func (x *RegisterOstReply) String() string {
 func (*RegisterOstReply) ProtoMessage() {}
 
 func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2610,7 @@ func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstReply.ProtoReflect.Descriptor instead.
 func (*RegisterOstReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterOstReply) GetId() uint32 {
@@ -2589,7 +2642,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2654,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2667,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2674,7 +2727,7 @@ type ListOstsRequest struct {
 
 func (x *ListOstsRequest) Reset() {
 	*x = ListOstsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2739,7 @@ func (x *ListOstsRequest) String() string {
 func (*ListOstsRequest) ProtoMessage() {}
 
 func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2752,7 @@ func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsRequest.ProtoReflect.Descriptor instead.
 func (*ListOstsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
 }
 
 type ListOstsReply struct {
@@ -2719,7 +2772,7 @@ type ListOstsReply struct {
 
 func (x *ListOstsReply) Reset() {
 	*x = ListOstsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2784,7 @@ func (x *ListOstsReply) String() string {
 func (*ListOstsReply) ProtoMessage() {}
 
 func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2797,7 @@ func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsReply.ProtoReflect.Descriptor instead.
 func (*ListOstsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListOstsReply) GetOsts() []*OstInfo {
@@ -2780,7 +2833,7 @@ type SetXattrRequest struct {
 
 func (x *SetXattrRequest) Reset() {
 	*x = SetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2845,7 @@ func (x *SetXattrRequest) String() string {
 func (*SetXattrRequest) ProtoMessage() {}
 
 func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2858,7 @@ func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattrRequest.ProtoReflect.Descriptor instead.
 func (*SetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetXattrRequest) GetIno() uint64 {
@@ -2846,7 +2899,7 @@ type GetXattrRequest struct {
 
 func (x *GetXattrRequest) Reset() {
 	*x = GetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +2911,7 @@ func (x *GetXattrRequest) String() string {
 func (*GetXattrRequest) ProtoMessage() {}
 
 func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +2924,7 @@ func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrRequest.ProtoReflect.Descriptor instead.
 func (*GetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetXattrRequest) GetIno() uint64 {
@@ -2897,7 +2950,7 @@ type GetXattrReply struct {
 
 func (x *GetXattrReply) Reset() {
 	*x = GetXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2962,7 @@ func (x *GetXattrReply) String() string {
 func (*GetXattrReply) ProtoMessage() {}
 
 func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +2975,7 @@ func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReply.ProtoReflect.Descriptor instead.
 func (*GetXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetXattrReply) GetValue() []byte {
@@ -2941,7 +2994,7 @@ type ListXattrRequest struct {
 
 func (x *ListXattrRequest) Reset() {
 	*x = ListXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3006,7 @@ func (x *ListXattrRequest) String() string {
 func (*ListXattrRequest) ProtoMessage() {}
 
 func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3019,7 @@ func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrRequest.ProtoReflect.Descriptor instead.
 func (*ListXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListXattrRequest) GetIno() uint64 {
@@ -2985,7 +3038,7 @@ type ListXattrReply struct {
 
 func (x *ListXattrReply) Reset() {
 	*x = ListXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3050,7 @@ func (x *ListXattrReply) String() string {
 func (*ListXattrReply) ProtoMessage() {}
 
 func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3063,7 @@ func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReply.ProtoReflect.Descriptor instead.
 func (*ListXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListXattrReply) GetNames() [][]byte {
@@ -3030,7 +3083,7 @@ type RemoveXattrRequest struct {
 
 func (x *RemoveXattrRequest) Reset() {
 	*x = RemoveXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3095,7 @@ func (x *RemoveXattrRequest) String() string {
 func (*RemoveXattrRequest) ProtoMessage() {}
 
 func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3108,7 @@ func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattrRequest.ProtoReflect.Descriptor instead.
 func (*RemoveXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveXattrRequest) GetIno() uint64 {
@@ -3083,7 +3136,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3148,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3161,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *OpenSessionRequest) GetClient() string {
@@ -3142,7 +3195,7 @@ type OpenSessionReply struct {
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3207,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3220,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *OpenSessionReply) GetSession() uint64 {
@@ -3194,7 +3247,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3259,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3272,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionRequest) GetSession() uint64 {
@@ -3238,7 +3291,7 @@ type KeepAliveReply struct {
 
 func (x *KeepAliveReply) Reset() {
 	*x = KeepAliveReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3303,7 @@ func (x *KeepAliveReply) String() string {
 func (*KeepAliveReply) ProtoMessage() {}
 
 func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3316,7 @@ func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveReply.ProtoReflect.Descriptor instead.
 func (*KeepAliveReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KeepAliveReply) GetLeaseMs() int64 {
@@ -3288,7 +3341,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3353,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3366,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *OpenRequest) GetSession() uint64 {
@@ -3349,7 +3402,7 @@ type OpenReply struct {
 
 func (x *OpenReply) Reset() {
 	*x = OpenReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3414,7 @@ func (x *OpenReply) String() string {
 func (*OpenReply) ProtoMessage() {}
 
 func (x *OpenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3427,7 @@ func (x *OpenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenReply.ProtoReflect.Descriptor instead.
 func (*OpenReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *OpenReply) GetHandle() uint64 {
@@ -3415,7 +3468,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3480,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3493,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseRequest) GetSession() uint64 {
@@ -3472,7 +3525,7 @@ type FileLock struct {
 
 func (x *FileLock) Reset() {
 	*x = FileLock{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3537,7 @@ func (x *FileLock) String() string {
 func (*FileLock) ProtoMessage() {}
 
 func (x *FileLock) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3550,7 @@ func (x *FileLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLock.ProtoReflect.Descriptor instead.
 func (*FileLock) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FileLock) GetKind() LockKind {
@@ -3550,7 +3603,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3562,7 +3615,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3575,7 +3628,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LockRequest) GetSession() uint64 {
@@ -3616,7 +3669,7 @@ type SetLockReply struct {
 
 func (x *SetLockReply) Reset() {
 	*x = SetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3681,7 @@ func (x *SetLockReply) String() string {
 func (*SetLockReply) ProtoMessage() {}
 
 func (x *SetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3694,7 @@ func (x *SetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockReply.ProtoReflect.Descriptor instead.
 func (*SetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetLockReply) GetGranted() bool {
@@ -3667,7 +3720,7 @@ type GetLockReply struct {
 
 func (x *GetLockReply) Reset() {
 	*x = GetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3732,7 @@ func (x *GetLockReply) String() string {
 func (*GetLockReply) ProtoMessage() {}
 
 func (x *GetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3745,7 @@ func (x *GetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockReply.ProtoReflect.Descriptor instead.
 func (*GetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetLockReply) GetConflict() *FileLock {
@@ -3716,7 +3769,7 @@ type CloneRange struct {
 
 func (x *CloneRange) Reset() {
 	*x = CloneRange{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3781,7 @@ func (x *CloneRange) String() string {
 func (*CloneRange) ProtoMessage() {}
 
 func (x *CloneRange) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3794,7 @@ func (x *CloneRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneRange.ProtoReflect.Descriptor instead.
 func (*CloneRange) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CloneRange) GetSrcOff() uint64 {
@@ -3785,7 +3838,7 @@ type CloneExtentsRequest struct {
 
 func (x *CloneExtentsRequest) Reset() {
 	*x = CloneExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3797,7 +3850,7 @@ func (x *CloneExtentsRequest) String() string {
 func (*CloneExtentsRequest) ProtoMessage() {}
 
 func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3810,7 +3863,7 @@ func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CloneExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CloneExtentsRequest) GetSrcIno() uint64 {
@@ -3852,7 +3905,7 @@ type CloneExtentsReply struct {
 
 func (x *CloneExtentsReply) Reset() {
 	*x = CloneExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3917,7 @@ func (x *CloneExtentsReply) String() string {
 func (*CloneExtentsReply) ProtoMessage() {}
 
 func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3930,7 @@ func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsReply.ProtoReflect.Descriptor instead.
 func (*CloneExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CloneExtentsReply) GetAttr() *Attr {
@@ -3913,7 +3966,7 @@ type SetLayoutRequest struct {
 
 func (x *SetLayoutRequest) Reset() {
 	*x = SetLayoutRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +3978,7 @@ func (x *SetLayoutRequest) String() string {
 func (*SetLayoutRequest) ProtoMessage() {}
 
 func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +3991,7 @@ func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLayoutRequest.ProtoReflect.Descriptor instead.
 func (*SetLayoutRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetLayoutRequest) GetIno() uint64 {
@@ -3970,7 +4023,7 @@ type SetOstStateRequest struct {
 
 func (x *SetOstStateRequest) Reset() {
 	*x = SetOstStateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4035,7 @@ func (x *SetOstStateRequest) String() string {
 func (*SetOstStateRequest) ProtoMessage() {}
 
 func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4048,7 @@ func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOstStateRequest.ProtoReflect.Descriptor instead.
 func (*SetOstStateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetOstStateRequest) GetId() uint32 {
@@ -4033,7 +4086,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4098,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4111,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StartJobRequest) GetKind() string {
@@ -4106,7 +4159,7 @@ type JobRequest struct {
 
 func (x *JobRequest) Reset() {
 	*x = JobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4118,7 +4171,7 @@ func (x *JobRequest) String() string {
 func (*JobRequest) ProtoMessage() {}
 
 func (x *JobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4131,7 +4184,7 @@ func (x *JobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRequest.ProtoReflect.Descriptor instead.
 func (*JobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *JobRequest) GetKind() string {
@@ -4188,7 +4241,7 @@ type AdminJob struct {
 
 func (x *AdminJob) Reset() {
 	*x = AdminJob{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4200,7 +4253,7 @@ func (x *AdminJob) String() string {
 func (*AdminJob) ProtoMessage() {}
 
 func (x *AdminJob) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4213,7 +4266,7 @@ func (x *AdminJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminJob.ProtoReflect.Descriptor instead.
 func (*AdminJob) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AdminJob) GetKind() string {
@@ -4384,7 +4437,7 @@ type ChunkMove struct {
 
 func (x *ChunkMove) Reset() {
 	*x = ChunkMove{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4449,7 @@ func (x *ChunkMove) String() string {
 func (*ChunkMove) ProtoMessage() {}
 
 func (x *ChunkMove) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4462,7 @@ func (x *ChunkMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkMove.ProtoReflect.Descriptor instead.
 func (*ChunkMove) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ChunkMove) GetExtent() uint64 {
@@ -4461,7 +4514,7 @@ type OstLoad struct {
 
 func (x *OstLoad) Reset() {
 	*x = OstLoad{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4526,7 @@ func (x *OstLoad) String() string {
 func (*OstLoad) ProtoMessage() {}
 
 func (x *OstLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4539,7 @@ func (x *OstLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OstLoad.ProtoReflect.Descriptor instead.
 func (*OstLoad) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *OstLoad) GetId() uint32 {
@@ -4531,7 +4584,7 @@ type RebalancePlan struct {
 
 func (x *RebalancePlan) Reset() {
 	*x = RebalancePlan{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4596,7 @@ func (x *RebalancePlan) String() string {
 func (*RebalancePlan) ProtoMessage() {}
 
 func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4609,7 @@ func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancePlan.ProtoReflect.Descriptor instead.
 func (*RebalancePlan) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RebalancePlan) GetOsts() []*OstLoad {
@@ -4617,7 +4670,7 @@ type MoveRecord struct {
 
 func (x *MoveRecord) Reset() {
 	*x = MoveRecord{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4629,7 +4682,7 @@ func (x *MoveRecord) String() string {
 func (*MoveRecord) ProtoMessage() {}
 
 func (x *MoveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4642,7 +4695,7 @@ func (x *MoveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRecord.ProtoReflect.Descriptor instead.
 func (*MoveRecord) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MoveRecord) GetExtent() uint64 {
@@ -4705,7 +4758,7 @@ type BadChunk struct {
 
 func (x *BadChunk) Reset() {
 	*x = BadChunk{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4717,7 +4770,7 @@ func (x *BadChunk) String() string {
 func (*BadChunk) ProtoMessage() {}
 
 func (x *BadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4730,7 +4783,7 @@ func (x *BadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BadChunk.ProtoReflect.Descriptor instead.
 func (*BadChunk) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BadChunk) GetExtent() uint64 {
@@ -4785,7 +4838,7 @@ type ReportCorruptRequest struct {
 
 func (x *ReportCorruptRequest) Reset() {
 	*x = ReportCorruptRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4797,7 +4850,7 @@ func (x *ReportCorruptRequest) String() string {
 func (*ReportCorruptRequest) ProtoMessage() {}
 
 func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4810,7 +4863,7 @@ func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCorruptRequest.ProtoReflect.Descriptor instead.
 func (*ReportCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReportCorruptRequest) GetOst() uint32 {
@@ -4837,7 +4890,7 @@ type FsckRequest struct {
 
 func (x *FsckRequest) Reset() {
 	*x = FsckRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4849,7 +4902,7 @@ func (x *FsckRequest) String() string {
 func (*FsckRequest) ProtoMessage() {}
 
 func (x *FsckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4862,7 +4915,7 @@ func (x *FsckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
 func (*FsckRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FsckRequest) GetRepair() bool {
@@ -4893,7 +4946,7 @@ type FsckProblem struct {
 
 func (x *FsckProblem) Reset() {
 	*x = FsckProblem{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +4958,7 @@ func (x *FsckProblem) String() string {
 func (*FsckProblem) ProtoMessage() {}
 
 func (x *FsckProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +4971,7 @@ func (x *FsckProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckProblem.ProtoReflect.Descriptor instead.
 func (*FsckProblem) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *FsckProblem) GetKind() string {
@@ -4978,7 +5031,7 @@ type FsckReply struct {
 
 func (x *FsckReply) Reset() {
 	*x = FsckReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5043,7 @@ func (x *FsckReply) String() string {
 func (*FsckReply) ProtoMessage() {}
 
 func (x *FsckReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5056,7 @@ func (x *FsckReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckReply.ProtoReflect.Descriptor instead.
 func (*FsckReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *FsckReply) GetExtents() uint64 {
@@ -5063,7 +5116,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5128,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5141,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
 }
 
 type GCReply struct {
@@ -5104,7 +5157,7 @@ type GCReply struct {
 
 func (x *GCReply) Reset() {
 	*x = GCReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5116,7 +5169,7 @@ func (x *GCReply) String() string {
 func (*GCReply) ProtoMessage() {}
 
 func (x *GCReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5129,7 +5182,7 @@ func (x *GCReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCReply.ProtoReflect.Descriptor instead.
 func (*GCReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GCReply) GetQueuedExtents() uint64 {
@@ -5190,7 +5243,7 @@ type MigrateCommitRequest struct {
 
 func (x *MigrateCommitRequest) Reset() {
 	*x = MigrateCommitRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5255,7 @@ func (x *MigrateCommitRequest) String() string {
 func (*MigrateCommitRequest) ProtoMessage() {}
 
 func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +5268,7 @@ func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateCommitRequest.ProtoReflect.Descriptor instead.
 func (*MigrateCommitRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{71}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MigrateCommitRequest) GetSrcIno() uint64 {
@@ -5281,7 +5334,7 @@ type DamagedFile struct {
 
 func (x *DamagedFile) Reset() {
 	*x = DamagedFile{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5293,7 +5346,7 @@ func (x *DamagedFile) String() string {
 func (*DamagedFile) ProtoMessage() {}
 
 func (x *DamagedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5306,7 +5359,7 @@ func (x *DamagedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DamagedFile.ProtoReflect.Descriptor instead.
 func (*DamagedFile) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{72}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DamagedFile) GetIno() uint64 {
@@ -5346,7 +5399,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5358,7 +5411,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5371,7 +5424,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{73}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *HealthRequest) GetMaxFiles() uint32 {
@@ -5402,7 +5455,7 @@ type HealthReply struct {
 
 func (x *HealthReply) Reset() {
 	*x = HealthReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5414,7 +5467,7 @@ func (x *HealthReply) String() string {
 func (*HealthReply) ProtoMessage() {}
 
 func (x *HealthReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5427,7 +5480,7 @@ func (x *HealthReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReply.ProtoReflect.Descriptor instead.
 func (*HealthReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{74}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *HealthReply) GetExtents() uint64 {
@@ -5495,7 +5548,7 @@ type WideLayout struct {
 
 func (x *WideLayout) Reset() {
 	*x = WideLayout{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +5560,7 @@ func (x *WideLayout) String() string {
 func (*WideLayout) ProtoMessage() {}
 
 func (x *WideLayout) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +5573,7 @@ func (x *WideLayout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WideLayout.ProtoReflect.Descriptor instead.
 func (*WideLayout) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{75}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *WideLayout) GetIno() uint64 {
@@ -5677,7 +5730,12 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"a\n" +
 	"\vUnlinkReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12*\n" +
-	"\x06parent\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\"\x99\x01\n" +
+	"\x06parent\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\"s\n" +
+	"\vRenameReply\x121\n" +
+	"\n" +
+	"old_parent\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\toldParent\x121\n" +
+	"\n" +
+	"new_parent\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\tnewParent\"\x99\x01\n" +
 	"\rRenameRequest\x12\x1d\n" +
 	"\n" +
 	"old_parent\x18\x01 \x01(\x04R\toldParent\x12\x19\n" +
@@ -6003,7 +6061,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\xc6\x17\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xd2\x17\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -6013,9 +6071,9 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\aSymlink\x12\x1c.shoal.mds.v1.SymlinkRequest\x1a\x17.shoal.mds.v1.AttrReply\x12E\n" +
 	"\bReadlink\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x1b.shoal.mds.v1.ReadlinkReply\x12:\n" +
 	"\x04Link\x12\x19.shoal.mds.v1.LinkRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
-	"\x06Unlink\x12\x1b.shoal.mds.v1.UnlinkRequest\x1a\x19.shoal.mds.v1.UnlinkReply\x129\n" +
-	"\x05Rmdir\x12\x1b.shoal.mds.v1.UnlinkRequest\x1a\x13.shoal.mds.v1.Empty\x12:\n" +
-	"\x06Rename\x12\x1b.shoal.mds.v1.RenameRequest\x1a\x13.shoal.mds.v1.Empty\x12C\n" +
+	"\x06Unlink\x12\x1b.shoal.mds.v1.UnlinkRequest\x1a\x19.shoal.mds.v1.UnlinkReply\x12?\n" +
+	"\x05Rmdir\x12\x1b.shoal.mds.v1.UnlinkRequest\x1a\x19.shoal.mds.v1.UnlinkReply\x12@\n" +
+	"\x06Rename\x12\x1b.shoal.mds.v1.RenameRequest\x1a\x19.shoal.mds.v1.RenameReply\x12C\n" +
 	"\aReadDir\x12\x1c.shoal.mds.v1.ReadDirRequest\x1a\x1a.shoal.mds.v1.ReadDirReply\x12@\n" +
 	"\x06StatFs\x12\x1b.shoal.mds.v1.StatFsRequest\x1a\x19.shoal.mds.v1.StatFsReply\x12L\n" +
 	"\n" +
@@ -6064,7 +6122,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -6091,63 +6149,64 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*LinkRequest)(nil),          // 22: shoal.mds.v1.LinkRequest
 	(*UnlinkRequest)(nil),        // 23: shoal.mds.v1.UnlinkRequest
 	(*UnlinkReply)(nil),          // 24: shoal.mds.v1.UnlinkReply
-	(*RenameRequest)(nil),        // 25: shoal.mds.v1.RenameRequest
-	(*ReadDirRequest)(nil),       // 26: shoal.mds.v1.ReadDirRequest
-	(*ReadDirReply)(nil),         // 27: shoal.mds.v1.ReadDirReply
-	(*StatFsRequest)(nil),        // 28: shoal.mds.v1.StatFsRequest
-	(*StatFsReply)(nil),          // 29: shoal.mds.v1.StatFsReply
-	(*GetExtentsRequest)(nil),    // 30: shoal.mds.v1.GetExtentsRequest
-	(*GetExtentsReply)(nil),      // 31: shoal.mds.v1.GetExtentsReply
-	(*AllocExtentsRequest)(nil),  // 32: shoal.mds.v1.AllocExtentsRequest
-	(*AllocExtentsReply)(nil),    // 33: shoal.mds.v1.AllocExtentsReply
-	(*CommitExtentsRequest)(nil), // 34: shoal.mds.v1.CommitExtentsRequest
-	(*FallocateRequest)(nil),     // 35: shoal.mds.v1.FallocateRequest
-	(*RegisterOstRequest)(nil),   // 36: shoal.mds.v1.RegisterOstRequest
-	(*RegisterOstReply)(nil),     // 37: shoal.mds.v1.RegisterOstReply
-	(*HeartbeatRequest)(nil),     // 38: shoal.mds.v1.HeartbeatRequest
-	(*ListOstsRequest)(nil),      // 39: shoal.mds.v1.ListOstsRequest
-	(*ListOstsReply)(nil),        // 40: shoal.mds.v1.ListOstsReply
-	(*SetXattrRequest)(nil),      // 41: shoal.mds.v1.SetXattrRequest
-	(*GetXattrRequest)(nil),      // 42: shoal.mds.v1.GetXattrRequest
-	(*GetXattrReply)(nil),        // 43: shoal.mds.v1.GetXattrReply
-	(*ListXattrRequest)(nil),     // 44: shoal.mds.v1.ListXattrRequest
-	(*ListXattrReply)(nil),       // 45: shoal.mds.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil),   // 46: shoal.mds.v1.RemoveXattrRequest
-	(*OpenSessionRequest)(nil),   // 47: shoal.mds.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),     // 48: shoal.mds.v1.OpenSessionReply
-	(*SessionRequest)(nil),       // 49: shoal.mds.v1.SessionRequest
-	(*KeepAliveReply)(nil),       // 50: shoal.mds.v1.KeepAliveReply
-	(*OpenRequest)(nil),          // 51: shoal.mds.v1.OpenRequest
-	(*OpenReply)(nil),            // 52: shoal.mds.v1.OpenReply
-	(*ReleaseRequest)(nil),       // 53: shoal.mds.v1.ReleaseRequest
-	(*FileLock)(nil),             // 54: shoal.mds.v1.FileLock
-	(*LockRequest)(nil),          // 55: shoal.mds.v1.LockRequest
-	(*SetLockReply)(nil),         // 56: shoal.mds.v1.SetLockReply
-	(*GetLockReply)(nil),         // 57: shoal.mds.v1.GetLockReply
-	(*CloneRange)(nil),           // 58: shoal.mds.v1.CloneRange
-	(*CloneExtentsRequest)(nil),  // 59: shoal.mds.v1.CloneExtentsRequest
-	(*CloneExtentsReply)(nil),    // 60: shoal.mds.v1.CloneExtentsReply
-	(*SetLayoutRequest)(nil),     // 61: shoal.mds.v1.SetLayoutRequest
-	(*SetOstStateRequest)(nil),   // 62: shoal.mds.v1.SetOstStateRequest
-	(*StartJobRequest)(nil),      // 63: shoal.mds.v1.StartJobRequest
-	(*JobRequest)(nil),           // 64: shoal.mds.v1.JobRequest
-	(*AdminJob)(nil),             // 65: shoal.mds.v1.AdminJob
-	(*ChunkMove)(nil),            // 66: shoal.mds.v1.ChunkMove
-	(*OstLoad)(nil),              // 67: shoal.mds.v1.OstLoad
-	(*RebalancePlan)(nil),        // 68: shoal.mds.v1.RebalancePlan
-	(*MoveRecord)(nil),           // 69: shoal.mds.v1.MoveRecord
-	(*BadChunk)(nil),             // 70: shoal.mds.v1.BadChunk
-	(*ReportCorruptRequest)(nil), // 71: shoal.mds.v1.ReportCorruptRequest
-	(*FsckRequest)(nil),          // 72: shoal.mds.v1.FsckRequest
-	(*FsckProblem)(nil),          // 73: shoal.mds.v1.FsckProblem
-	(*FsckReply)(nil),            // 74: shoal.mds.v1.FsckReply
-	(*GCRequest)(nil),            // 75: shoal.mds.v1.GCRequest
-	(*GCReply)(nil),              // 76: shoal.mds.v1.GCReply
-	(*MigrateCommitRequest)(nil), // 77: shoal.mds.v1.MigrateCommitRequest
-	(*DamagedFile)(nil),          // 78: shoal.mds.v1.DamagedFile
-	(*HealthRequest)(nil),        // 79: shoal.mds.v1.HealthRequest
-	(*HealthReply)(nil),          // 80: shoal.mds.v1.HealthReply
-	(*WideLayout)(nil),           // 81: shoal.mds.v1.WideLayout
+	(*RenameReply)(nil),          // 25: shoal.mds.v1.RenameReply
+	(*RenameRequest)(nil),        // 26: shoal.mds.v1.RenameRequest
+	(*ReadDirRequest)(nil),       // 27: shoal.mds.v1.ReadDirRequest
+	(*ReadDirReply)(nil),         // 28: shoal.mds.v1.ReadDirReply
+	(*StatFsRequest)(nil),        // 29: shoal.mds.v1.StatFsRequest
+	(*StatFsReply)(nil),          // 30: shoal.mds.v1.StatFsReply
+	(*GetExtentsRequest)(nil),    // 31: shoal.mds.v1.GetExtentsRequest
+	(*GetExtentsReply)(nil),      // 32: shoal.mds.v1.GetExtentsReply
+	(*AllocExtentsRequest)(nil),  // 33: shoal.mds.v1.AllocExtentsRequest
+	(*AllocExtentsReply)(nil),    // 34: shoal.mds.v1.AllocExtentsReply
+	(*CommitExtentsRequest)(nil), // 35: shoal.mds.v1.CommitExtentsRequest
+	(*FallocateRequest)(nil),     // 36: shoal.mds.v1.FallocateRequest
+	(*RegisterOstRequest)(nil),   // 37: shoal.mds.v1.RegisterOstRequest
+	(*RegisterOstReply)(nil),     // 38: shoal.mds.v1.RegisterOstReply
+	(*HeartbeatRequest)(nil),     // 39: shoal.mds.v1.HeartbeatRequest
+	(*ListOstsRequest)(nil),      // 40: shoal.mds.v1.ListOstsRequest
+	(*ListOstsReply)(nil),        // 41: shoal.mds.v1.ListOstsReply
+	(*SetXattrRequest)(nil),      // 42: shoal.mds.v1.SetXattrRequest
+	(*GetXattrRequest)(nil),      // 43: shoal.mds.v1.GetXattrRequest
+	(*GetXattrReply)(nil),        // 44: shoal.mds.v1.GetXattrReply
+	(*ListXattrRequest)(nil),     // 45: shoal.mds.v1.ListXattrRequest
+	(*ListXattrReply)(nil),       // 46: shoal.mds.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),   // 47: shoal.mds.v1.RemoveXattrRequest
+	(*OpenSessionRequest)(nil),   // 48: shoal.mds.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),     // 49: shoal.mds.v1.OpenSessionReply
+	(*SessionRequest)(nil),       // 50: shoal.mds.v1.SessionRequest
+	(*KeepAliveReply)(nil),       // 51: shoal.mds.v1.KeepAliveReply
+	(*OpenRequest)(nil),          // 52: shoal.mds.v1.OpenRequest
+	(*OpenReply)(nil),            // 53: shoal.mds.v1.OpenReply
+	(*ReleaseRequest)(nil),       // 54: shoal.mds.v1.ReleaseRequest
+	(*FileLock)(nil),             // 55: shoal.mds.v1.FileLock
+	(*LockRequest)(nil),          // 56: shoal.mds.v1.LockRequest
+	(*SetLockReply)(nil),         // 57: shoal.mds.v1.SetLockReply
+	(*GetLockReply)(nil),         // 58: shoal.mds.v1.GetLockReply
+	(*CloneRange)(nil),           // 59: shoal.mds.v1.CloneRange
+	(*CloneExtentsRequest)(nil),  // 60: shoal.mds.v1.CloneExtentsRequest
+	(*CloneExtentsReply)(nil),    // 61: shoal.mds.v1.CloneExtentsReply
+	(*SetLayoutRequest)(nil),     // 62: shoal.mds.v1.SetLayoutRequest
+	(*SetOstStateRequest)(nil),   // 63: shoal.mds.v1.SetOstStateRequest
+	(*StartJobRequest)(nil),      // 64: shoal.mds.v1.StartJobRequest
+	(*JobRequest)(nil),           // 65: shoal.mds.v1.JobRequest
+	(*AdminJob)(nil),             // 66: shoal.mds.v1.AdminJob
+	(*ChunkMove)(nil),            // 67: shoal.mds.v1.ChunkMove
+	(*OstLoad)(nil),              // 68: shoal.mds.v1.OstLoad
+	(*RebalancePlan)(nil),        // 69: shoal.mds.v1.RebalancePlan
+	(*MoveRecord)(nil),           // 70: shoal.mds.v1.MoveRecord
+	(*BadChunk)(nil),             // 71: shoal.mds.v1.BadChunk
+	(*ReportCorruptRequest)(nil), // 72: shoal.mds.v1.ReportCorruptRequest
+	(*FsckRequest)(nil),          // 73: shoal.mds.v1.FsckRequest
+	(*FsckProblem)(nil),          // 74: shoal.mds.v1.FsckProblem
+	(*FsckReply)(nil),            // 75: shoal.mds.v1.FsckReply
+	(*GCRequest)(nil),            // 76: shoal.mds.v1.GCRequest
+	(*GCReply)(nil),              // 77: shoal.mds.v1.GCReply
+	(*MigrateCommitRequest)(nil), // 78: shoal.mds.v1.MigrateCommitRequest
+	(*DamagedFile)(nil),          // 79: shoal.mds.v1.DamagedFile
+	(*HealthRequest)(nil),        // 80: shoal.mds.v1.HealthRequest
+	(*HealthReply)(nil),          // 81: shoal.mds.v1.HealthReply
+	(*WideLayout)(nil),           // 82: shoal.mds.v1.WideLayout
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -6162,123 +6221,125 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	6,  // 9: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
 	8,  // 10: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
 	8,  // 11: shoal.mds.v1.UnlinkReply.parent:type_name -> shoal.mds.v1.Attr
-	12, // 12: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	8,  // 13: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 14: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	10, // 15: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	11, // 16: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	13, // 17: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	8,  // 18: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 19: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	4,  // 20: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	5,  // 21: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	54, // 22: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	54, // 23: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	54, // 24: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	58, // 25: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
-	8,  // 26: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 27: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
-	63, // 28: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	78, // 29: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
-	67, // 30: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	66, // 31: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	70, // 32: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	73, // 33: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
-	78, // 34: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
-	81, // 35: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
-	16, // 36: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 37: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 38: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	19, // 39: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	19, // 40: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	20, // 41: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	17, // 42: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	22, // 43: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	23, // 44: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 45: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	25, // 46: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	26, // 47: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	28, // 48: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	30, // 49: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	32, // 50: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	34, // 51: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	35, // 52: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	36, // 53: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	38, // 54: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	39, // 55: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	41, // 56: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	42, // 57: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	44, // 58: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	46, // 59: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	47, // 60: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	49, // 61: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	49, // 62: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	51, // 63: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	53, // 64: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	55, // 65: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	55, // 66: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 67: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	59, // 68: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	61, // 69: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	62, // 70: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	63, // 71: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	64, // 72: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	64, // 73: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	63, // 74: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	72, // 75: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	75, // 76: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	71, // 77: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	77, // 78: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	79, // 79: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
-	15, // 80: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 81: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 82: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 83: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 84: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 85: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 86: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 87: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 88: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	14, // 89: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.Empty
-	14, // 90: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.Empty
-	27, // 91: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	29, // 92: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	31, // 93: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	33, // 94: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 95: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 96: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	37, // 97: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 98: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	40, // 99: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 100: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	43, // 101: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	45, // 102: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 103: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	48, // 104: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	50, // 105: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 106: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	52, // 107: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 108: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	56, // 109: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	57, // 110: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 111: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	60, // 112: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 113: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 114: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	65, // 115: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 116: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	65, // 117: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	68, // 118: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	74, // 119: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	76, // 120: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 121: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 122: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	80, // 123: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
-	80, // [80:124] is the sub-list for method output_type
-	36, // [36:80] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	8,  // 12: shoal.mds.v1.RenameReply.old_parent:type_name -> shoal.mds.v1.Attr
+	8,  // 13: shoal.mds.v1.RenameReply.new_parent:type_name -> shoal.mds.v1.Attr
+	12, // 14: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	8,  // 15: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 16: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	10, // 17: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	11, // 18: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	13, // 19: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	8,  // 20: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 21: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	4,  // 22: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	5,  // 23: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	55, // 24: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	55, // 25: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	55, // 26: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	59, // 27: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	8,  // 28: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 29: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
+	64, // 30: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	79, // 31: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
+	68, // 32: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	67, // 33: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	71, // 34: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	74, // 35: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	79, // 36: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
+	82, // 37: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
+	16, // 38: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 39: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 40: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	19, // 41: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	19, // 42: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	20, // 43: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	17, // 44: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	22, // 45: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	23, // 46: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 47: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	26, // 48: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	27, // 49: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	29, // 50: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	31, // 51: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	33, // 52: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	35, // 53: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	36, // 54: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	37, // 55: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	39, // 56: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	40, // 57: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	42, // 58: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	43, // 59: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	45, // 60: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	47, // 61: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	48, // 62: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	50, // 63: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	50, // 64: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	52, // 65: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	54, // 66: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	56, // 67: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	56, // 68: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 69: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	60, // 70: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	62, // 71: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	63, // 72: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	64, // 73: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	65, // 74: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	65, // 75: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	64, // 76: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	73, // 77: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	76, // 78: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	72, // 79: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	78, // 80: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	80, // 81: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	15, // 82: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 83: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 84: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 85: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 86: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 87: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 88: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 89: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 90: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	24, // 91: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
+	25, // 92: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
+	28, // 93: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	30, // 94: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	32, // 95: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	34, // 96: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 97: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 98: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	38, // 99: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 100: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	41, // 101: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 102: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	44, // 103: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	46, // 104: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 105: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	49, // 106: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	51, // 107: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 108: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	53, // 109: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 110: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	57, // 111: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	58, // 112: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 113: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	61, // 114: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 115: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 116: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	66, // 117: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	66, // 118: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	66, // 119: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	69, // 120: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	75, // 121: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	77, // 122: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 123: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 124: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	81, // 125: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	82, // [82:126] is the sub-list for method output_type
+	38, // [38:82] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -6292,7 +6353,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -81,8 +81,8 @@ type MdsClient interface {
 	Readlink(ctx context.Context, in *GetAttrRequest, opts ...grpc.CallOption) (*ReadlinkReply, error)
 	Link(ctx context.Context, in *LinkRequest, opts ...grpc.CallOption) (*AttrReply, error)
 	Unlink(ctx context.Context, in *UnlinkRequest, opts ...grpc.CallOption) (*UnlinkReply, error)
-	Rmdir(ctx context.Context, in *UnlinkRequest, opts ...grpc.CallOption) (*Empty, error)
-	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*Empty, error)
+	Rmdir(ctx context.Context, in *UnlinkRequest, opts ...grpc.CallOption) (*UnlinkReply, error)
+	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameReply, error)
 	ReadDir(ctx context.Context, in *ReadDirRequest, opts ...grpc.CallOption) (*ReadDirReply, error)
 	StatFs(ctx context.Context, in *StatFsRequest, opts ...grpc.CallOption) (*StatFsReply, error)
 	GetExtents(ctx context.Context, in *GetExtentsRequest, opts ...grpc.CallOption) (*GetExtentsReply, error)
@@ -224,9 +224,9 @@ func (c *mdsClient) Unlink(ctx context.Context, in *UnlinkRequest, opts ...grpc.
 	return out, nil
 }
 
-func (c *mdsClient) Rmdir(ctx context.Context, in *UnlinkRequest, opts ...grpc.CallOption) (*Empty, error) {
+func (c *mdsClient) Rmdir(ctx context.Context, in *UnlinkRequest, opts ...grpc.CallOption) (*UnlinkReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(UnlinkReply)
 	err := c.cc.Invoke(ctx, Mds_Rmdir_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -234,9 +234,9 @@ func (c *mdsClient) Rmdir(ctx context.Context, in *UnlinkRequest, opts ...grpc.C
 	return out, nil
 }
 
-func (c *mdsClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*Empty, error) {
+func (c *mdsClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(RenameReply)
 	err := c.cc.Invoke(ctx, Mds_Rename_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -587,8 +587,8 @@ type MdsServer interface {
 	Readlink(context.Context, *GetAttrRequest) (*ReadlinkReply, error)
 	Link(context.Context, *LinkRequest) (*AttrReply, error)
 	Unlink(context.Context, *UnlinkRequest) (*UnlinkReply, error)
-	Rmdir(context.Context, *UnlinkRequest) (*Empty, error)
-	Rename(context.Context, *RenameRequest) (*Empty, error)
+	Rmdir(context.Context, *UnlinkRequest) (*UnlinkReply, error)
+	Rename(context.Context, *RenameRequest) (*RenameReply, error)
 	ReadDir(context.Context, *ReadDirRequest) (*ReadDirReply, error)
 	StatFs(context.Context, *StatFsRequest) (*StatFsReply, error)
 	GetExtents(context.Context, *GetExtentsRequest) (*GetExtentsReply, error)
@@ -667,10 +667,10 @@ func (UnimplementedMdsServer) Link(context.Context, *LinkRequest) (*AttrReply, e
 func (UnimplementedMdsServer) Unlink(context.Context, *UnlinkRequest) (*UnlinkReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unlink not implemented")
 }
-func (UnimplementedMdsServer) Rmdir(context.Context, *UnlinkRequest) (*Empty, error) {
+func (UnimplementedMdsServer) Rmdir(context.Context, *UnlinkRequest) (*UnlinkReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rmdir not implemented")
 }
-func (UnimplementedMdsServer) Rename(context.Context, *RenameRequest) (*Empty, error) {
+func (UnimplementedMdsServer) Rename(context.Context, *RenameRequest) (*RenameReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
 }
 func (UnimplementedMdsServer) ReadDir(context.Context, *ReadDirRequest) (*ReadDirReply, error) {
