@@ -64,6 +64,10 @@ type File struct {
 	committing bool
 	err        error // first write error, reported by the next Fsync/Close
 	closed     bool
+	// sizeEarly: a size change was acknowledged before it was durable
+	// (Options.EarlyNamespaceReplies); the next Fsync or Close makes it
+	// durable (SyncNamespace).
+	sizeEarly bool
 }
 
 type upload struct {
@@ -361,25 +365,51 @@ func (f *File) flushLocked() error {
 func (f *File) Fsync(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.flushLocked()
+	if err := f.flushLocked(); err != nil {
+		return err
+	}
+	return f.syncSizeLocked(ctx)
+}
+
+// syncSizeLocked makes a size change acknowledged early durable.
+func (f *File) syncSizeLocked(ctx context.Context) error {
+	if !f.sizeEarly {
+		return nil
+	}
+	if err := f.c.SyncNamespace(ctx); err != nil {
+		return fmt.Errorf("sync the size of inode %d: %w", f.ino, err)
+	}
+	f.sizeEarly = false
+	return nil
 }
 
 // Truncate sets the file's size; bytes past a grown size read as zeros.
+// With Options.EarlyNamespaceReplies the change is visible to every
+// client when Truncate returns and durable after the next Fsync or
+// Close, as a namespace change is; otherwise durable at once.
 func (f *File) Truncate(ctx context.Context, size int64) error {
+	_, err := f.TruncateAttr(ctx, size)
+	return err
+}
+
+// TruncateAttr is Truncate, returning the file's attributes after it.
+func (f *File) TruncateAttr(ctx context.Context, size int64) (*Attr, error) {
 	if size < 0 || size > MaxFileSize {
-		return fmt.Errorf("truncate to %d: %w", size, errs.ErrInvalid)
+		return nil, fmt.Errorf("truncate to %d: %w", size, errs.ErrInvalid)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.flushLocked(); err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := f.c.mds.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: f.ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_SIZE), Size: uint64(size)}); err != nil {
-		return fmt.Errorf("truncate inode %d: %w", f.ino, err)
+	r, err := f.c.mds.SetAttr(f.c.nsCtx(ctx), &mdspb.SetAttrRequest{Ino: f.ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_SIZE), Size: uint64(size)})
+	if err != nil {
+		return nil, fmt.Errorf("truncate inode %d: %w", f.ino, err)
 	}
+	f.sizeEarly = f.sizeEarly || f.c.opts.EarlyNamespaceReplies
 	f.ext = f.ext.truncate(uint64(size))
 	f.size = size
-	return nil
+	return attrOf(r.GetAttr()), nil
 }
 
 // Close flushes the file and releases its buffers. It returns the first
@@ -391,6 +421,9 @@ func (f *File) Close(ctx context.Context) error {
 		return nil
 	}
 	err := f.flushLocked()
+	if err == nil {
+		err = f.syncSizeLocked(ctx)
+	}
 	f.closed = true
 	f.cancel()
 	f.rows.clear()

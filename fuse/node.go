@@ -248,14 +248,17 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 		}
 	}
 
+	var truncated *client.Attr // the attributes after a truncate of the open file
 	if size, ok := in.GetSize(); ok {
 		if size > uint64(client.MaxFileSize) {
 			return syscall.EFBIG
 		}
 		if of != nil {
-			if err := of.f.Truncate(ctx, int64(size)); err != nil {
+			ta, err := of.f.TruncateAttr(ctx, int64(size))
+			if err != nil {
 				return n.m.errno("truncate", ino, err)
 			}
+			truncated = ta
 		} else {
 			set(client.SetSize)
 			req.Size = size
@@ -280,6 +283,9 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 		if a, errno = n.m.attrOf("setattr", ino, a, err); errno != 0 {
 			return errno
 		}
+		n.remember(a)
+	} else if truncated != nil && in.Valid&(gofuse.FATTR_MTIME|gofuse.FATTR_MTIME_NOW) == 0 {
+		a = truncated // the truncate's answer; nothing changed after it
 		n.remember(a)
 	} else if a, errno = n.getattr(ctx); errno != 0 {
 		return errno
