@@ -82,6 +82,16 @@ func (m *Mounted) attrOf(op string, ino uint64, a *client.Attr, err error) (*cli
 	return a, 0
 }
 
+// dirAttrShare: a directory's attributes from the answer to this mount's
+// own change in it serve the kernel's getattrs for a twentieth of the
+// attribute timeout (50 ms by default). That covers the getattr the
+// kernel makes right after each change (a loop of creates or unlinks),
+// while another client's removal of the directory, or change of its
+// mode, shows a moment later, as it did when every such getattr reached
+// the MDS (TestCkptMountProtocol removes a directory the mount has just
+// written into, from another client, and stats it).
+const dirAttrShare = 20
+
 // getattr fetches n's attributes from the MDS (or, for a directory this
 // mount just changed, from the MDS's answer to that change). An inode removed while this
 // mount holds it open (fstat after unlink, or after a rename over it) is
@@ -89,9 +99,10 @@ func (m *Mounted) attrOf(op string, ino uint64, a *client.Attr, err error) (*cli
 // local file system would.
 func (n *node) getattr(ctx context.Context) (*client.Attr, syscall.Errno) {
 	// A directory's attributes may come from the answer to this mount's
-	// own last change in it, if younger than the attribute timeout
-	// (client.GetAttrFresh): the kernel asks for them after each change.
-	a, err := n.m.c.GetAttrFresh(ctx, n.ino(), n.m.o.AttrTimeout)
+	// own last change in it, if younger than the attribute timeout over
+	// dirAttrShare (client.GetAttrFresh): the kernel asks for them right
+	// after each change.
+	a, err := n.m.c.GetAttrFresh(ctx, n.ino(), n.m.o.AttrTimeout/dirAttrShare)
 	if errors.Is(err, errs.ErrNotFound) && n.opens.Load() > 0 {
 		if last := n.last.Load(); last != nil {
 			gone := *last
