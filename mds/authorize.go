@@ -17,8 +17,8 @@ import (
 // call exactly what its holder needs:
 //
 //   - client (mounts, API clients): the namespace, extents, sessions,
-//     locks, xattrs, layouts it owns, OST addresses, and reports of the
-//     corrupt chunks its reads meet;
+//     locks, xattrs, layouts it owns, directory leases (LeaseDir, Watch),
+//     OST addresses, and reports of the corrupt chunks its reads meet;
 //   - admin (shoal admin): what a client may, and the cluster's
 //     administration (jobs, OST states, fsck, gc, migrations), and the
 //     Raft group's membership;

@@ -68,6 +68,7 @@ func TestAuthorizeRoles(t *testing.T) {
 		"OpenSession": c | a, "KeepAlive": c | a, "CloseSession": c | a, "Open": c | a,
 		"Release": c | a, "SetLock": c | a, "GetLock": c | a, "Sync": c | a,
 		"CloneExtents": c | a, "SetLayout": c | a, "GetJob": c | a,
+		"LeaseDir": c | a, "Watch": c | a,
 		// An OST's own.
 		"RegisterOst": o, "Heartbeat": o,
 		"ReportCorrupt": o | c | a,

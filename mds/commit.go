@@ -56,6 +56,10 @@ type stateMachine interface {
 	// the applied state when a replica starts to lead. The mutation
 	// lock is held.
 	leaderReload() error
+	// leaderStopped ends what only a serving leader has in memory (the
+	// directory lease table's streams and waits) when a replica stops
+	// serving. The mutation lock and the replica's lock are held.
+	leaderStopped()
 	// format writes a new database's version, counters and root
 	// directory into t (a replica proposes it once, as its first leader).
 	format(t *txn) error
@@ -111,6 +115,10 @@ func (s *Server) lockMutations()       { s.mu.Lock() }
 func (s *Server) unlockMutations()     { s.mu.Unlock() }
 func (s *Server) leaderReload() error  { return s.reloadForLeader() }
 func (s *Server) format(t *txn) error  { return formatBatch(t.b, t.now, s.o.DefaultLayout) }
+
+func (s *Server) leaderStopped() {
+	s.leases.reset(&errs.NotLeaderError{Msg: "mds: this member stopped leading; directory leases end"})
+}
 
 func (s *Server) newTxn(b *pebble.Batch) *txn {
 	return &txn{

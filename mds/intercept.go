@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,10 @@ type callInfo struct {
 	caller caller // the mapped identity (perm.go)
 	reqID  string // request id of a deduplicated mutation, or ""
 	early  bool   // the mutation may be answered before it is durable
+	// session is the caller's MDS session (wire.SessionHeader), 0 when
+	// it names none or a malformed one: its own directory leases are
+	// not recalled for its changes (dirlease.go).
+	session uint64
 }
 
 type callKey struct{}
@@ -137,6 +142,11 @@ func serve[Req any, Resp proto.Message](s *Server, ctx context.Context, name str
 	if m.early {
 		v := md.Get(mdspb.CommitHeader)
 		ci.early = len(v) == 1 && v[0] == mdspb.CommitEarly
+	}
+	if v := md.Get(wire.SessionHeader); len(v) == 1 {
+		if id, err := strconv.ParseUint(v[0], 10, 64); err == nil {
+			ci.session = id
+		}
 	}
 	if m.reply != nil {
 		if ids := md.Get(wire.RequestIDHeader); len(ids) == 1 && ids[0] != "" && len(ids[0]) <= 128 {

@@ -22,6 +22,7 @@ package mds
 //	"O" + uuid                          ost id(4)
 //	"n" + ino(8)                        unlink time ns(8): orphan, an inode with no name left, kept while open
 //	"x" + ino(8) + name                 xattr value (name includes its namespace: "user.x")
+//	"L"                                 time ns(8): a directory lease was granted once (dirlease.go)
 //
 // Counters ("c" keys): "next_ino", "next_extent", "next_ost" hold the next
 // id to allocate and are written in the same batch as the object that uses
@@ -56,6 +57,7 @@ const (
 	prefixOstUUID = 'O'
 	prefixOrphan  = 'n'
 	prefixXattr   = 'x'
+	prefixLeases  = 'L'
 )
 
 // Counter names.
@@ -112,6 +114,11 @@ func orphanKey(ino uint64) []byte { return u64([]byte{prefixOrphan}, ino) }
 func xattrPrefix(ino uint64) []byte { return u64([]byte{prefixXattr}, ino) }
 
 func xattrKey(ino uint64, name []byte) []byte { return append(xattrPrefix(ino), name...) }
+
+// leaseMarkerKey is committed before the first directory lease is
+// granted: an MDS that finds it when it starts to serve waits out the
+// leases an earlier one may have granted (dirlease.go).
+func leaseMarkerKey() []byte { return []byte{prefixLeases} }
 
 // prefixEnd returns the smallest key greater than every key starting with p
 // (p must not be all 0xff bytes, which none of ours is).

@@ -111,6 +111,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	var admin []prometheus.Collector
 	m.admin, admin = newAdminMetrics(s) // admin_metrics.go
 	m.collectors = append(m.collectors, admin...)
+	m.collectors = append(m.collectors, s.leases.collectors()...)
 	if reg == nil {
 		return m, nil
 	}

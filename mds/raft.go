@@ -554,6 +554,7 @@ func (r *replica) stepDown() {
 	}
 	r.log.Info("mds raft leader stops serving", "term", r.mu.servingTerm)
 	r.mu.serving = false // check refuses calls: the lease no longer counts
+	r.sm.leaderStopped()
 	for id, w := range r.mu.waiters {
 		w <- r.notLeaderLocked()
 		delete(r.mu.waiters, id)

@@ -15,7 +15,8 @@ import (
 // one heartbeat timeout, as the previous leader saw them, until its own
 // heartbeats arrive here), an empty session table with the orphan grace
 // of a restart (clients find their session gone and announce their opens
-// again), no locks. Server.mu is held.
+// again), no locks, no directory leases (changes wait out those of the
+// earlier leader: dirlease.go). Server.mu is held.
 func (s *Server) reloadForLeader() error {
 	s.osts.mu.Lock()
 	s.osts.m = make(map[uint32]*ostState)
@@ -39,6 +40,11 @@ func (s *Server) reloadForLeader() error {
 	s.sess.t = newSessionTable(int64(s.o.SessionLease))
 	s.sess.graceUntil = s.now() + int64(s.o.SessionLease)
 	s.sess.mu.Unlock()
+	marker, err := s.hasLeaseMarker()
+	if err != nil {
+		return err
+	}
+	s.leases.start(marker)
 	return nil
 }
 

@@ -187,3 +187,15 @@ func (r *replica) waitPending(ctx context.Context, term, upTo uint64) error {
 		}
 	}
 }
+
+// settle waits until every proposal made so far in the serving term is
+// applied, or the term ends (a change of directory entries whose call
+// ended before its proposal was applied: dirlease.go).
+func (r *replica) settle() {
+	r.mu.Lock()
+	serving, term, upTo := r.mu.serving, r.mu.servingTerm, r.mu.nextProp
+	r.mu.Unlock()
+	if serving {
+		_ = r.waitPending(context.Background(), term, upTo)
+	}
+}

@@ -3,7 +3,8 @@ package mds
 // The Mds service's methods. Each runs its handler through the one
 // interceptor, serve (intercept.go): a gRPC call and a direct call from
 // Go alike are held open, refused on a member that does not serve,
-// timed, given the caller's identity and deduplicated.
+// timed, given the caller's identity and deduplicated. The one stream,
+// Watch, is in dirlease.go: it is not held open (Close ends it).
 
 import (
 	"context"
@@ -185,4 +186,8 @@ func (s *Server) MigrateCommit(ctx context.Context, r *mdspb.MigrateCommitReques
 
 func (s *Server) Health(ctx context.Context, r *mdspb.HealthRequest) (*mdspb.HealthReply, error) {
 	return serve(s, ctx, "Health", r, s.handleHealth)
+}
+
+func (s *Server) LeaseDir(ctx context.Context, r *mdspb.LeaseDirRequest) (*mdspb.LeaseDirReply, error) {
+	return serve(s, ctx, "LeaseDir", r, s.handleLeaseDir)
 }

@@ -17,7 +17,8 @@
 // Lock order: Server.life (read side, held by every RPC for its duration)
 // before Server.mu before Server.sess.mu before Server.osts.mu. The GC and
 // session goroutines take mu, sess.mu and osts.mu, never life; Close stops
-// them before taking life for writing.
+// them before taking life for writing. The directory lease table's lock
+// (dirlease.go) is a leaf, taken under any of these.
 package mds
 
 import (
@@ -74,6 +75,10 @@ type Options struct {
 	// CapabilityTTL is the lifetime of the chunk capabilities the MDS
 	// signs (caps.go); default DefaultCapabilityTTL.
 	CapabilityTTL time.Duration
+	// DirLeaseTime is the length of a directory lease (dirlease.go);
+	// default 2s, at most SessionLease; negative: leases off (LeaseDir
+	// refuses every lease, changes never wait).
+	DirLeaseTime time.Duration
 }
 
 // Limits of the API.
@@ -122,6 +127,14 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.SessionLease <= 0 {
 		c.SessionLease = 10 * time.Second
 	}
+	switch {
+	case c.DirLeaseTime == 0:
+		c.DirLeaseTime = defaultDirLeaseTime
+	case c.DirLeaseTime < 0:
+		c.DirLeaseTime = -1
+	}
+	// A session's expiry drops its leases: none may outlive it.
+	c.DirLeaseTime = min(c.DirLeaseTime, c.SessionLease)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -203,6 +216,8 @@ type Server struct {
 		graceUntil int64
 		done       chan struct{} // closed when the session loop stopped
 	}
+	// leases is the directory lease table (dirlease.go); memory only.
+	leases *leaseTable
 	// admin is the administration worker (admin_worker.go), started in
 	// Open.
 	admin     *adminWorker
@@ -221,6 +236,7 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 	s := &Server{o: opts, log: opts.Logger}
 	s.osts.m = make(map[uint32]*ostState)
 	s.sess.t = newSessionTable(int64(opts.SessionLease))
+	s.leases = newLeaseTable(opts.DirLeaseTime, s.log)
 	s.methods = methodTable()
 	s.txnEnv = txnEnv{gcGrace: opts.GCGrace, retireGrace: opts.Admin.RetireGrace,
 		placement: &s.o.Placement, open: s.inodeOpen, log: s.log}
@@ -256,6 +272,13 @@ func Open(ctx context.Context, o Options) (_ *Server, err error) {
 		s.commits = s.raft
 	} else {
 		s.commits = newLocalCommitter(s, &s.tasks, s.log)
+		// A replica starts a term of leases when it starts to lead
+		// (reloadForLeader).
+		marker, err := s.hasLeaseMarker()
+		if err != nil {
+			return nil, err
+		}
+		s.leases.start(marker)
 	}
 	if err := s.loadOsts(); err != nil {
 		return nil, err
@@ -371,11 +394,15 @@ func (s *Server) Register(g *grpc.Server) {
 	}
 }
 
-// Close stops the server's goroutines (the GC, session and administration
-// loops, background WAL syncs) and waits for them, closes OST connections
+// Close ends the Watch streams, stops the server's goroutines (the GC,
+// session and administration loops, background WAL syncs) and waits for
+// them, closes OST connections
 // and closes Pebble. RPCs that arrive afterwards fail with ErrUnavailable.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		// Watch streams end, and changes waiting for recalls fail, first:
+		// neither holds life.
+		s.leases.close(fmt.Errorf("mds: server closed: %w", errs.ErrUnavailable))
 		s.tasks.stop()
 		rerr := s.commits.close()
 		s.life.Lock()

@@ -74,7 +74,9 @@ func (s *Server) sessionRound() error {
 		for _, se := range ended {
 			s.log.Info("session expired: its opens and locks are released",
 				"session", se.id, "client", se.client, "host", se.host, "pid", se.pid)
+			s.leases.dropSession(se.id)
 		}
+		s.leases.sweep()
 		if t.now < s.sess.graceUntil {
 			return nil
 		}
@@ -179,6 +181,7 @@ func (s *Server) handleCloseSession(ctx context.Context, req *mdspb.SessionReque
 		s.sess.mu.Lock()
 		unused := s.sess.t.remove(req.GetSession())
 		s.sess.mu.Unlock()
+		s.leases.dropSession(req.GetSession())
 		for _, ino := range unused {
 			if err := t.reapOrphan(ino); err != nil {
 				return err

@@ -5618,6 +5618,294 @@ func (x *WideLayout) GetUnplaceable() bool {
 	return false
 }
 
+// LeaseDirRequest asks for a lease on directory dir for a session that
+// has a Watch stream open.
+type LeaseDirRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Dir           uint64                 `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseDirRequest) Reset() {
+	*x = LeaseDirRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseDirRequest) ProtoMessage() {}
+
+func (x *LeaseDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseDirRequest.ProtoReflect.Descriptor instead.
+func (*LeaseDirRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *LeaseDirRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *LeaseDirRequest) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+// LeaseEntry is one name of a leased directory.
+type LeaseEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // the file type bits (S_IFMT) of the entry
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseEntry) Reset() {
+	*x = LeaseEntry{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseEntry) ProtoMessage() {}
+
+func (x *LeaseEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseEntry.ProtoReflect.Descriptor instead.
+func (*LeaseEntry) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *LeaseEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LeaseEntry) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *LeaseEntry) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+// LeaseDirReply grants a lease (gen != 0) or refuses one (gen == 0: the
+// directory has more than the MDS lists in a lease, a change to it is in
+// flight, the session has no Watch stream, or the MDS started less than
+// a lease's length ago). The client counts lease_ms from when it sent
+// the request.
+type LeaseDirReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gen           uint64                 `protobuf:"varint,1,opt,name=gen,proto3" json:"gen,omitempty"`
+	LeaseMs       uint32                 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	Entries       []*LeaseEntry          `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseDirReply) Reset() {
+	*x = LeaseDirReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseDirReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseDirReply) ProtoMessage() {}
+
+func (x *LeaseDirReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseDirReply.ProtoReflect.Descriptor instead.
+func (*LeaseDirReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *LeaseDirReply) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *LeaseDirReply) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *LeaseDirReply) GetEntries() []*LeaseEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// WatchUp: the first message names the session; each later one releases
+// recalled leases by their gen.
+type WatchUp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Released      []uint64               `protobuf:"varint,2,rep,packed,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchUp) Reset() {
+	*x = WatchUp{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchUp) ProtoMessage() {}
+
+func (x *WatchUp) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchUp.ProtoReflect.Descriptor instead.
+func (*WatchUp) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *WatchUp) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *WatchUp) GetReleased() []uint64 {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+// WatchDown recalls the lease gen on directory dir: the client stops
+// using it and releases it.
+type WatchDown struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           uint64                 `protobuf:"varint,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Gen           uint64                 `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDown) Reset() {
+	*x = WatchDown{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDown) ProtoMessage() {}
+
+func (x *WatchDown) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDown.ProtoReflect.Descriptor instead.
+func (*WatchDown) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *WatchDown) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *WatchDown) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -6026,7 +6314,25 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x01k\x18\x03 \x01(\rR\x01k\x12\f\n" +
 	"\x01m\x18\x04 \x01(\rR\x01m\x12\x12\n" +
 	"\x04need\x18\x05 \x01(\rR\x04need\x12 \n" +
-	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable*5\n" +
+	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable\"=\n" +
+	"\x0fLeaseDirRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\x04R\x03dir\"F\n" +
+	"\n" +
+	"LeaseEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\"p\n" +
+	"\rLeaseDirReply\x12\x10\n" +
+	"\x03gen\x18\x01 \x01(\x04R\x03gen\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\rR\aleaseMs\x122\n" +
+	"\aentries\x18\x03 \x03(\v2\x18.shoal.mds.v1.LeaseEntryR\aentries\"?\n" +
+	"\aWatchUp\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x1a\n" +
+	"\breleased\x18\x02 \x03(\x04R\breleased\"/\n" +
+	"\tWatchDown\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x10\n" +
+	"\x03gen\x18\x02 \x01(\x04R\x03gen*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\f\n" +
@@ -6061,7 +6367,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\xd2\x17\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xd7\x18\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
@@ -6107,7 +6413,9 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05RunGC\x12\x17.shoal.mds.v1.GCRequest\x1a\x15.shoal.mds.v1.GCReply\x12H\n" +
 	"\rReportCorrupt\x12\".shoal.mds.v1.ReportCorruptRequest\x1a\x13.shoal.mds.v1.Empty\x12L\n" +
 	"\rMigrateCommit\x12\".shoal.mds.v1.MigrateCommitRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
-	"\x06Health\x12\x1b.shoal.mds.v1.HealthRequest\x1a\x19.shoal.mds.v1.HealthReplyB$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
+	"\x06Health\x12\x1b.shoal.mds.v1.HealthRequest\x1a\x19.shoal.mds.v1.HealthReply\x12F\n" +
+	"\bLeaseDir\x12\x1d.shoal.mds.v1.LeaseDirRequest\x1a\x1b.shoal.mds.v1.LeaseDirReply\x12;\n" +
+	"\x05Watch\x12\x15.shoal.mds.v1.WatchUp\x1a\x17.shoal.mds.v1.WatchDown(\x010\x01B$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
 var (
 	file_mds_mdspb_mds_proto_rawDescOnce sync.Once
@@ -6122,7 +6430,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -6207,6 +6515,11 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*HealthRequest)(nil),        // 80: shoal.mds.v1.HealthRequest
 	(*HealthReply)(nil),          // 81: shoal.mds.v1.HealthReply
 	(*WideLayout)(nil),           // 82: shoal.mds.v1.WideLayout
+	(*LeaseDirRequest)(nil),      // 83: shoal.mds.v1.LeaseDirRequest
+	(*LeaseEntry)(nil),           // 84: shoal.mds.v1.LeaseEntry
+	(*LeaseDirReply)(nil),        // 85: shoal.mds.v1.LeaseDirReply
+	(*WatchUp)(nil),              // 86: shoal.mds.v1.WatchUp
+	(*WatchDown)(nil),            // 87: shoal.mds.v1.WatchDown
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -6247,99 +6560,104 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	74, // 35: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
 	79, // 36: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
 	82, // 37: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
-	16, // 38: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 39: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 40: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	19, // 41: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	19, // 42: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	20, // 43: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	17, // 44: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	22, // 45: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	23, // 46: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 47: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	26, // 48: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	27, // 49: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	29, // 50: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	31, // 51: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	33, // 52: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	35, // 53: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	36, // 54: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	37, // 55: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	39, // 56: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	40, // 57: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	42, // 58: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	43, // 59: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	45, // 60: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	47, // 61: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	48, // 62: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	50, // 63: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	50, // 64: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	52, // 65: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	54, // 66: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	56, // 67: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	56, // 68: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 69: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	60, // 70: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	62, // 71: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	63, // 72: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	64, // 73: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	65, // 74: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	65, // 75: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	64, // 76: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	73, // 77: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	76, // 78: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	72, // 79: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	78, // 80: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	80, // 81: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
-	15, // 82: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 83: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 84: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 85: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 86: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 87: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 88: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 89: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 90: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	24, // 91: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
-	25, // 92: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
-	28, // 93: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	30, // 94: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	32, // 95: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	34, // 96: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 97: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 98: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	38, // 99: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 100: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	41, // 101: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 102: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	44, // 103: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	46, // 104: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 105: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	49, // 106: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	51, // 107: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 108: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	53, // 109: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 110: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	57, // 111: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	58, // 112: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 113: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	61, // 114: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 115: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 116: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	66, // 117: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	66, // 118: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	66, // 119: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	69, // 120: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	75, // 121: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	77, // 122: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 123: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 124: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	81, // 125: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
-	82, // [82:126] is the sub-list for method output_type
-	38, // [38:82] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	84, // 38: shoal.mds.v1.LeaseDirReply.entries:type_name -> shoal.mds.v1.LeaseEntry
+	16, // 39: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 40: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	18, // 41: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	19, // 42: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	19, // 43: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	20, // 44: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	17, // 45: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	22, // 46: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	23, // 47: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	23, // 48: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	26, // 49: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	27, // 50: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	29, // 51: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	31, // 52: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	33, // 53: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	35, // 54: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	36, // 55: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	37, // 56: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	39, // 57: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	40, // 58: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	42, // 59: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	43, // 60: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	45, // 61: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	47, // 62: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	48, // 63: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	50, // 64: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	50, // 65: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	52, // 66: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	54, // 67: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	56, // 68: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	56, // 69: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 70: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	60, // 71: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	62, // 72: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	63, // 73: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	64, // 74: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	65, // 75: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	65, // 76: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	64, // 77: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	73, // 78: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	76, // 79: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	72, // 80: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	78, // 81: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	80, // 82: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	83, // 83: shoal.mds.v1.Mds.LeaseDir:input_type -> shoal.mds.v1.LeaseDirRequest
+	86, // 84: shoal.mds.v1.Mds.Watch:input_type -> shoal.mds.v1.WatchUp
+	15, // 85: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	15, // 86: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 87: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 88: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 89: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 90: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	21, // 91: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 92: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	24, // 93: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	24, // 94: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
+	25, // 95: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
+	28, // 96: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	30, // 97: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	32, // 98: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	34, // 99: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 100: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 101: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	38, // 102: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 103: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	41, // 104: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 105: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	44, // 106: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	46, // 107: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 108: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	49, // 109: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	51, // 110: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 111: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	53, // 112: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 113: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	57, // 114: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	58, // 115: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 116: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	61, // 117: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 118: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 119: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	66, // 120: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	66, // 121: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	66, // 122: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	69, // 123: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	75, // 124: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	77, // 125: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 126: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 127: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	81, // 128: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	85, // 129: shoal.mds.v1.Mds.LeaseDir:output_type -> shoal.mds.v1.LeaseDirReply
+	87, // 130: shoal.mds.v1.Mds.Watch:output_type -> shoal.mds.v1.WatchDown
+	85, // [85:131] is the sub-list for method output_type
+	39, // [39:85] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -6353,7 +6671,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   77,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

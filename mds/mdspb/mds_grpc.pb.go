@@ -66,6 +66,8 @@ const (
 	Mds_ReportCorrupt_FullMethodName = "/shoal.mds.v1.Mds/ReportCorrupt"
 	Mds_MigrateCommit_FullMethodName = "/shoal.mds.v1.Mds/MigrateCommit"
 	Mds_Health_FullMethodName        = "/shoal.mds.v1.Mds/Health"
+	Mds_LeaseDir_FullMethodName      = "/shoal.mds.v1.Mds/LeaseDir"
+	Mds_Watch_FullMethodName         = "/shoal.mds.v1.Mds/Watch"
 )
 
 // MdsClient is the client API for Mds service.
@@ -124,6 +126,10 @@ type MdsClient interface {
 	MigrateCommit(ctx context.Context, in *MigrateCommitRequest, opts ...grpc.CallOption) (*AttrReply, error)
 	// Health: the state of the data now (`shoal admin status`).
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error)
+	// Directory leases (docs/fuse.md, "Directory leases"; messages at the
+	// end of the file).
+	LeaseDir(ctx context.Context, in *LeaseDirRequest, opts ...grpc.CallOption) (*LeaseDirReply, error)
+	Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchUp, WatchDown], error)
 }
 
 type mdsClient struct {
@@ -574,6 +580,29 @@ func (c *mdsClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *mdsClient) LeaseDir(ctx context.Context, in *LeaseDirRequest, opts ...grpc.CallOption) (*LeaseDirReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseDirReply)
+	err := c.cc.Invoke(ctx, Mds_LeaseDir_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchUp, WatchDown], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Mds_ServiceDesc.Streams[0], Mds_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchUp, WatchDown]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Mds_WatchClient = grpc.BidiStreamingClient[WatchUp, WatchDown]
+
 // MdsServer is the server API for Mds service.
 // All implementations must embed UnimplementedMdsServer
 // for forward compatibility.
@@ -630,6 +659,10 @@ type MdsServer interface {
 	MigrateCommit(context.Context, *MigrateCommitRequest) (*AttrReply, error)
 	// Health: the state of the data now (`shoal admin status`).
 	Health(context.Context, *HealthRequest) (*HealthReply, error)
+	// Directory leases (docs/fuse.md, "Directory leases"; messages at the
+	// end of the file).
+	LeaseDir(context.Context, *LeaseDirRequest) (*LeaseDirReply, error)
+	Watch(grpc.BidiStreamingServer[WatchUp, WatchDown]) error
 	mustEmbedUnimplementedMdsServer()
 }
 
@@ -771,6 +804,12 @@ func (UnimplementedMdsServer) MigrateCommit(context.Context, *MigrateCommitReque
 }
 func (UnimplementedMdsServer) Health(context.Context, *HealthRequest) (*HealthReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedMdsServer) LeaseDir(context.Context, *LeaseDirRequest) (*LeaseDirReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaseDir not implemented")
+}
+func (UnimplementedMdsServer) Watch(grpc.BidiStreamingServer[WatchUp, WatchDown]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedMdsServer) mustEmbedUnimplementedMdsServer() {}
 func (UnimplementedMdsServer) testEmbeddedByValue()             {}
@@ -1585,6 +1624,31 @@ func _Mds_Health_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_LeaseDir_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseDirRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).LeaseDir(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_LeaseDir_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).LeaseDir(ctx, req.(*LeaseDirRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MdsServer).Watch(&grpc.GenericServerStream[WatchUp, WatchDown]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Mds_WatchServer = grpc.BidiStreamingServer[WatchUp, WatchDown]
+
 // Mds_ServiceDesc is the grpc.ServiceDesc for Mds service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1768,7 +1832,18 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Health",
 			Handler:    _Mds_Health_Handler,
 		},
+		{
+			MethodName: "LeaseDir",
+			Handler:    _Mds_LeaseDir_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _Mds_Watch_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "mds/mdspb/mds.proto",
 }
