@@ -72,6 +72,9 @@ type Options struct {
 	// with data) make them durable. Off: each is durable when it returns.
 	// The FUSE mount turns it on unless told not to (docs/fuse.md).
 	EarlyNamespaceReplies bool
+	// NoDirLeases turns directory leases off (dirlease.go): every lookup
+	// asks the MDS. For comparisons and tests.
+	NoDirLeases bool
 
 	// NoCorruptReports stops reads from reporting the corrupt chunks they
 	// meet to the MDS for repair (report.go). They still reconstruct the
@@ -229,6 +232,7 @@ type Client struct {
 	caps      capTable    // capabilities of extents for the OSTs (caps.go)
 	rep       reporter    // corrupt chunks to report to the MDS (report.go)
 	sess      session     // session.go
+	leases    dirLeases   // dirlease.go
 	closed    atomic.Bool // set by Close and Abandon
 	closeOnce sync.Once
 	closeErr  error
@@ -260,6 +264,8 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	c.mu.ostUp = map[uint32]bool{}
 	c.mu.dataAddr = map[uint32]dataRoute{}
 	c.mu.coders = map[layout.Layout]*erasure.Coder{}
+	c.leases.off = o.NoDirLeases
+	c.leases.dirs = map[uint64]*dirState{}
 	if _, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: RootIno}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client: MDS %s: %w", addr, err)

@@ -107,7 +107,9 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 	req := o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive)
 	req.OpenSession = id
 	seq := c.dirs.begin()
-	reply, err := c.mds.Create(c.nsCtx(ctx), req)
+	c.leases.begin(parent)
+	reply, err := c.mds.Create(c.changeCtx(ctx), req)
+	c.leases.end(err, added(name), parent)
 	c.dirs.answered(seq, parent, reply.GetParent(), err)
 	switch {
 	case errors.Is(err, errs.ErrStale):

@@ -19,6 +19,9 @@ type metrics struct {
 	// dirAttrHits counts directory getattrs answered from the client's
 	// own namespace changes (dirattrs.go).
 	dirAttrHits prometheus.Counter
+	// leaseLookups counts lookups answered ENOENT from a directory
+	// lease (dirlease.go).
+	leaseLookups prometheus.Counter
 }
 
 func (m *metrics) compressed(logical, stored int) {
@@ -46,9 +49,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_compress_stored_bytes_total", Help: "Stored bytes of the extents written compressed."}),
 		dirAttrHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_dir_attr_hits_total", Help: "Directory attribute requests answered from the answers to this client's own namespace changes, without the MDS."}),
+		leaseLookups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_lease_lookups_total", Help: "Lookups of absent names answered from a directory lease, without the MDS."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups)
 	}
 	return m
 }

@@ -7,8 +7,6 @@ import (
 	"path"
 	"strings"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -36,8 +34,17 @@ const MaxNameLen = 255
 // one MDS RPC.
 
 // Lookup finds name in directory parent.
+// A name that a directory lease (dirlease.go) says is not there is
+// answered without asking the MDS.
 func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*Attr, error) {
+	if c.leases.absent(parent, name) {
+		c.metrics.leaseLookups.Inc()
+		return nil, fmt.Errorf("lookup %q in %d: %w", name, parent, errs.ErrNotFound)
+	}
 	r, err := c.mds.Lookup(ctx, &mdspb.LookupRequest{Parent: parent, Name: []byte(name)})
+	if errors.Is(err, errs.ErrNotFound) {
+		c.missed(ctx, parent)
+	}
 	return attrOf(r.GetAttr()), err
 }
 
@@ -52,7 +59,7 @@ func (c *Client) GetAttr(ctx context.Context, ino uint64) (*Attr, error) {
 // its buffers agree.
 func (c *Client) SetAttr(ctx context.Context, ino uint64, s SetAttrs) (*Attr, error) {
 	defer c.dirs.drop(c.dirs.begin(), ino)
-	r, err := c.mds.SetAttr(c.nsCtx(ctx), s.request(ino))
+	r, err := c.mds.SetAttr(c.changeCtx(ctx), s.request(ino))
 	return attrOf(r.GetAttr()), err
 }
 
@@ -83,7 +90,9 @@ func (o CreateOptions) createRequest(parent uint64, name string, mode uint32, ex
 // existing regular file is returned instead.
 func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	seq := c.dirs.begin()
-	r, err := c.mds.Create(c.nsCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
+	c.leases.begin(parent)
+	r, err := c.mds.Create(c.changeCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
+	c.leases.end(err, added(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -95,18 +104,11 @@ func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o Crea
 	req := o.createRequest(parent, name, o.Mode, true)
 	req.Rdev = o.Rdev
 	seq := c.dirs.begin()
-	r, err := c.mds.Create(c.nsCtx(ctx), req)
+	c.leases.begin(parent)
+	r, err := c.mds.Create(c.changeCtx(ctx), req)
+	c.leases.end(err, added(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
-}
-
-// nsCtx marks ctx for an early reply to a namespace change when the
-// client asks for them (Options.EarlyNamespaceReplies).
-func (c *Client) nsCtx(ctx context.Context) context.Context {
-	if !c.opts.EarlyNamespaceReplies {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, mdspb.CommitHeader, mdspb.CommitEarly)
 }
 
 // SyncNamespace returns once every namespace change acknowledged so far
@@ -123,7 +125,9 @@ func (c *Client) SyncNamespace(ctx context.Context) error {
 // MkdirIn creates directory name in parent.
 func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o CreateOptions) (*Attr, error) {
 	seq := c.dirs.begin()
-	r, err := c.mds.Mkdir(c.nsCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
+	c.leases.begin(parent)
+	r, err := c.mds.Mkdir(c.changeCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
+	c.leases.end(err, added(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -132,7 +136,9 @@ func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o Crea
 // o.GID (the other options do not apply).
 func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target string, o CreateOptions) (*Attr, error) {
 	seq := c.dirs.begin()
-	r, err := c.mds.Symlink(c.nsCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
+	c.leases.begin(parent)
+	r, err := c.mds.Symlink(c.changeCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
+	c.leases.end(err, added(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -146,7 +152,9 @@ func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
 // LinkIn makes a hard link to ino named name in parent.
 func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*Attr, error) {
 	seq := c.dirs.begin()
-	r, err := c.mds.Link(c.nsCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
+	c.leases.begin(parent)
+	r, err := c.mds.Link(c.changeCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
+	c.leases.end(err, added(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -154,7 +162,9 @@ func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*
 // UnlinkIn removes the non-directory name from parent.
 func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
 	seq := c.dirs.begin()
-	r, err := c.mds.Unlink(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	c.leases.begin(parent)
+	r, err := c.mds.Unlink(c.changeCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	c.leases.end(err, removed(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return err
 }
@@ -162,7 +172,9 @@ func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error
 // RmdirIn removes the empty directory name from parent.
 func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error {
 	seq := c.dirs.begin()
-	r, err := c.mds.Rmdir(c.nsCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	c.leases.begin(parent)
+	r, err := c.mds.Rmdir(c.changeCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	c.leases.end(err, removed(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return err
 }
@@ -171,7 +183,9 @@ func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error 
 // renameat2(2) with flags.
 func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags RenameFlags) error {
 	seq := c.dirs.begin()
-	r, err := c.mds.Rename(c.nsCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
+	c.leases.begin(oldParent, newParent)
+	r, err := c.mds.Rename(c.changeCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
+	c.leases.end(err, renamed(oldParent, oldName, newParent, newName, flags), oldParent, newParent)
 	c.dirs.answered(seq, oldParent, r.GetOldParent(), err)
 	c.dirs.answered(seq, newParent, r.GetNewParent(), err)
 	return err

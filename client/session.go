@@ -34,8 +34,9 @@ type session struct {
 		lease time.Duration
 		opens map[*handle]struct{} // announced open files
 	}
-	cancel context.CancelFunc // stops the keepalive loop
-	done   chan struct{}      // closed when it stopped
+	cancel    context.CancelFunc // stops the keepalive and watch loops
+	done      chan struct{}      // closed when the keepalive loop stopped
+	watchDone chan struct{}      // closed when the watch loop stopped
 }
 
 // handle is one open file announced to the MDS. Its fields are guarded by
@@ -62,7 +63,14 @@ func (c *Client) startSession(ctx context.Context) error {
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.sess.cancel = cancel
 	c.sess.done = make(chan struct{})
+	c.sess.watchDone = make(chan struct{})
 	go c.keepAlive(kctx)
+	go func() {
+		defer close(c.sess.watchDone)
+		if !c.leases.off {
+			c.watch(kctx) // dirlease.go
+		}
+	}()
 	return nil
 }
 
@@ -238,12 +246,22 @@ func (c *Client) releaseHandle(ctx context.Context, h *handle) error {
 // closeSession stops the keepalive loop and ends the session at the MDS,
 // which releases its open handles and locks.
 func (c *Client) closeSession() error {
-	c.sess.cancel()
-	<-c.sess.done
+	c.stopSessionLoops()
 	ctx, cancel := context.WithTimeout(context.Background(), sessionCallTimeout)
 	defer cancel()
 	_, err := c.mds.CloseSession(ctx, &mdspb.SessionRequest{Session: c.sessionID()})
 	return err
+}
+
+// stopSessionLoops stops the keepalive and watch loops and waits for
+// them and for the lease requests in flight; every directory lease is
+// dropped.
+func (c *Client) stopSessionLoops() {
+	c.sess.cancel()
+	<-c.sess.done
+	<-c.sess.watchDone
+	c.leases.wg.Wait()
+	c.leases.dropAll()
 }
 
 // Abandon stops renewing the session and closes every connection without
@@ -253,8 +271,7 @@ func (c *Client) closeSession() error {
 func (c *Client) Abandon() {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		c.sess.cancel()
-		<-c.sess.done
+		c.stopSessionLoops()
 		c.closeErr = c.closeConns()
 	})
 }

@@ -23,6 +23,12 @@ import (
 // mutation once however often it is sent (docs/mds-raft.md, "Retries").
 const RequestIDHeader = "shoal-request-id"
 
+// SessionHeader is the gRPC metadata key of the caller's MDS session (a
+// decimal number) on namespace changes: the MDS does not recall the
+// caller's own directory leases for them (docs/fuse.md, "Directory
+// leases").
+const SessionHeader = "shoal-session"
+
 // GroupRetryFor bounds how long a GroupConn call follows redirects and
 // retries unreachable members before it gives up: an election takes a few
 // election timeouts (about a second each).

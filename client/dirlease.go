@@ -1,0 +1,393 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/shoalfs/shoal/internal/errs"
+	"github.com/shoalfs/shoal/internal/wire"
+	"github.com/shoalfs/shoal/mds/mdspb"
+)
+
+// Directory leases, the client's half (docs/fuse.md, "Directory leases").
+//
+// After the MDS answers a lookup in directory D with ENOENT, the client
+// asks, in the background, for a lease on D: D's full list of names,
+// which the MDS recalls on the client's Watch stream before it commits a
+// change to D's entries by any other client. While the lease runs, a
+// lookup of a name not in the list is answered here (ENOENT) without a
+// round trip: the kernel's LOOKUP before every create and rename target.
+// Names in the list are still looked up at the MDS (their attributes are
+// not leased). The client's own changes keep the list up to date from
+// their answers.
+//
+// What keeps the list exact:
+//   - The MDS refuses a grant while a change to D is in flight, and one
+//     whose listing a change overtook.
+//   - The edits of this client's changes to D answered while a grant was
+//     in flight are replayed on its listing (the listing may predate
+//     them); a grant is dropped on arrival if one of them failed or two
+//     overlapped, if the recall of its gen arrived first, or if the Watch
+//     stream broke meanwhile.
+//   - Local answers are given only while no change of this client to D is
+//     in flight; two of them in flight at once (answers may arrive out of
+//     the MDS's order), an unexpected answer (EEXIST for a name the list
+//     did not have), or any failed change drops the lease.
+//   - The lease ends at the time the request was sent plus 9/10 of its
+//     length, by this client's clock; a broken Watch stream drops all.
+
+// dirLeaseRetry is how long after a refusal the client does not ask for
+// a lease on the same directory again.
+const dirLeaseRetry = time.Second
+
+// dirLeaseCallTimeout bounds a LeaseDir call.
+const dirLeaseCallTimeout = 5 * time.Second
+
+// dirLeaseStatesMax bounds the per-directory table; when full, directories
+// without a lease, change or request in flight are forgotten.
+const dirLeaseStatesMax = 4096
+
+type dirLeases struct {
+	off bool
+	mu  sync.Mutex
+	// stream is the session of the Watch stream now open (0: none);
+	// epoch counts stream openings and breaks.
+	stream uint64
+	epoch  uint64
+	send   func(gens []uint64) // releases on the open stream
+	dirs   map[uint64]*dirState
+	wg     sync.WaitGroup // LeaseDir calls in flight
+}
+
+// dirState is what the client knows of one directory.
+type dirState struct {
+	lease      *dirLease
+	inflight   int       // changes of this client to the directory in flight
+	overlapped bool      // two were in flight at once since inflight was 0
+	asking     bool      // a LeaseDir in flight
+	// While asking: the edits of this client's changes answered since
+	// the request was sent, replayed on the grant (its listing may
+	// predate them); spoiled when one failed or two overlapped.
+	log     []func(uint64, map[string]struct{}) bool
+	spoiled bool
+	refused    time.Time // not before then again
+	recalled   uint64    // the highest gen recalled
+}
+
+type dirLease struct {
+	gen   uint64
+	until time.Time
+	names map[string]struct{}
+}
+
+func (l *dirLeases) state(dir uint64) *dirState {
+	st := l.dirs[dir]
+	if st == nil {
+		if len(l.dirs) >= dirLeaseStatesMax {
+			l.prune()
+		}
+		st = &dirState{}
+		l.dirs[dir] = st
+	}
+	return st
+}
+
+// prune forgets directories with nothing in flight and no lease.
+func (l *dirLeases) prune() {
+	now := time.Now()
+	for d, st := range l.dirs {
+		if st.inflight == 0 && !st.asking && (st.lease == nil || now.After(st.lease.until)) {
+			delete(l.dirs, d)
+		}
+	}
+}
+
+// absent reports whether name is known not to be in dir: a live lease
+// lists no such name and no change of this client to dir is in flight.
+func (l *dirLeases) absent(dir uint64, name string) bool {
+	if l.off {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.dirs[dir]
+	if st == nil || st.lease == nil || st.inflight > 0 {
+		return false
+	}
+	if time.Now().After(st.lease.until) {
+		st.lease = nil
+		return false
+	}
+	_, ok := st.lease.names[name]
+	return !ok
+}
+
+// begin notes a change of this client to dirs about to be sent.
+func (l *dirLeases) begin(dirs ...uint64) {
+	if l.off {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, d := range dirs {
+		if i > 0 && d == dirs[0] {
+			continue // a rename within one directory
+		}
+		st := l.state(d)
+		st.inflight++
+		if st.inflight > 1 {
+			st.overlapped = true
+			st.spoiled = true
+		}
+	}
+}
+
+// end notes the answer of a change begun with begin: on success edit
+// runs on the leases of the directories held (nil for a directory
+// without one); on failure the leases are dropped.
+func (l *dirLeases) end(err error, edit func(dir uint64, names map[string]struct{}) bool, dirs ...uint64) {
+	if l.off {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, d := range dirs {
+		if i > 0 && d == dirs[0] {
+			continue // a rename within one directory
+		}
+		st := l.state(d)
+		if st.lease != nil && (err != nil || !edit(d, st.lease.names)) {
+			st.lease = nil
+		}
+		if st.asking {
+			if err != nil {
+				st.spoiled = true
+			} else {
+				st.log = append(st.log, edit)
+			}
+		}
+		st.inflight--
+		if st.inflight == 0 && st.overlapped {
+			st.overlapped = false
+			st.lease = nil
+		}
+	}
+}
+
+// added and removed are end's edits of one name.
+func added(name string) func(uint64, map[string]struct{}) bool {
+	return func(_ uint64, names map[string]struct{}) bool {
+		names[name] = struct{}{}
+		return true
+	}
+}
+
+func removed(name string) func(uint64, map[string]struct{}) bool {
+	return func(_ uint64, names map[string]struct{}) bool {
+		_, ok := names[name]
+		delete(names, name)
+		return ok
+	}
+}
+
+// renamed is end's edit of a rename: the old name leaves, the new one
+// comes (an exchange leaves both).
+func renamed(oldDir uint64, oldName string, newDir uint64, newName string, flags RenameFlags) func(uint64, map[string]struct{}) bool {
+	return func(dir uint64, names map[string]struct{}) bool {
+		if flags&RenameExchange != 0 {
+			return true
+		}
+		ok := true
+		if dir == oldDir {
+			_, ok = names[oldName]
+			delete(names, oldName)
+		}
+		if dir == newDir {
+			names[newName] = struct{}{}
+		}
+		return ok
+	}
+}
+
+// missed asks, in the background, for a lease on dir after a lookup in
+// it found nothing at the MDS.
+func (c *Client) missed(ctx context.Context, dir uint64) {
+	l := &c.leases
+	if l.off || c.closed.Load() {
+		return
+	}
+	l.mu.Lock()
+	st := l.state(dir)
+	now := time.Now()
+	if l.stream == 0 || st.asking || st.inflight > 0 || (st.lease != nil && now.Before(st.lease.until)) || now.Before(st.refused) {
+		l.mu.Unlock()
+		return
+	}
+	st.asking, st.log, st.spoiled = true, nil, false
+	sess, epoch := l.stream, l.epoch
+	l.wg.Add(1)
+	l.mu.Unlock()
+	// The caller's identity travels in ctx's metadata: the MDS grants
+	// only what the caller may list.
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer l.wg.Done()
+		cctx, cancel := context.WithTimeout(ctx, dirLeaseCallTimeout)
+		defer cancel()
+		sent := time.Now()
+		r, err := c.mds.LeaseDir(cctx, &mdspb.LeaseDirRequest{Session: sess, Dir: dir})
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		st := l.state(dir)
+		replay, spoiled := st.log, st.spoiled
+		st.asking, st.log, st.spoiled = false, nil, false
+		if err != nil || r.GetGen() == 0 {
+			st.refused = time.Now().Add(dirLeaseRetry)
+			if err != nil {
+				c.log.Debug("directory lease", "dir", dir, "err", err)
+			}
+			return
+		}
+		if l.epoch != epoch || spoiled || r.GetGen() <= st.recalled {
+			return // overtaken; the MDS recalls it or lets it lapse
+		}
+		names := make(map[string]struct{}, len(r.GetEntries()))
+		for _, e := range r.GetEntries() {
+			names[e.GetName()] = struct{}{}
+		}
+		// A change answered meanwhile may have reached the MDS after the
+		// listing was read (the MDS refused a grant with one in flight):
+		// its edit again; edits are idempotent.
+		for _, edit := range replay {
+			edit(dir, names)
+		}
+		d := time.Duration(r.GetLeaseMs()) * time.Millisecond
+		st.lease = &dirLease{gen: r.GetGen(), until: sent.Add(d * 9 / 10), names: names}
+	}()
+}
+
+// recall drops the lease gen on dir and says so to the MDS.
+func (l *dirLeases) recall(dir, gen uint64) {
+	l.mu.Lock()
+	st := l.state(dir)
+	if st.lease != nil && st.lease.gen == gen {
+		st.lease = nil
+	}
+	st.recalled = max(st.recalled, gen)
+	send := l.send
+	l.mu.Unlock()
+	if send != nil {
+		send([]uint64{gen})
+	}
+}
+
+// dropAll ends every lease: the Watch stream broke or closed.
+func (l *dirLeases) dropAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stream, l.send = 0, nil
+	l.epoch++
+	for _, st := range l.dirs {
+		st.lease = nil
+	}
+}
+
+// watch keeps a Watch stream open for the client's session until ctx
+// ends, and answers recalls on it.
+func (c *Client) watch(ctx context.Context) {
+	l := &c.leases
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		err := c.watchOnce(ctx)
+		l.dropAll()
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(t0) > 10*time.Second {
+			backoff = 50 * time.Millisecond
+		}
+		c.log.Debug("MDS watch stream ended", "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// watchOnce runs one Watch stream to its end.
+func (c *Client) watchOnce(ctx context.Context) error {
+	l := &c.leases
+	sess := c.sessionID()
+	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, wire.SessionHeader, strconv.FormatUint(sess, 10)))
+	defer cancel()
+	st, err := c.mds.Watch(sctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&mdspb.WatchUp{Session: sess}); err != nil {
+		return err
+	}
+	var sendMu sync.Mutex
+	l.mu.Lock()
+	l.stream = sess
+	l.epoch++
+	l.send = func(gens []uint64) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if err := st.Send(&mdspb.WatchUp{Released: gens}); err != nil {
+			cancel() // the receive below fails and the stream is opened again
+		}
+	}
+	l.mu.Unlock()
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("MDS ended the watch stream: %w", errs.ErrUnavailable)
+			}
+			return err
+		}
+		l.recall(m.GetDir(), m.GetGen())
+		if c.sessionID() != sess {
+			return fmt.Errorf("session replaced: %w", errs.ErrStale)
+		}
+	}
+}
+
+// nsCtx marks ctx for an early reply to a namespace change when the
+// client asks for them (Options.EarlyNamespaceReplies).
+func (c *Client) nsCtx(ctx context.Context) context.Context {
+	if !c.opts.EarlyNamespaceReplies {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, mdspb.CommitHeader, mdspb.CommitEarly)
+}
+
+// changeCtx is nsCtx for a change of a directory's entries, marked with
+// the client's session too, so that the MDS leaves this client's own
+// directory leases alone.
+func (c *Client) changeCtx(ctx context.Context) context.Context {
+	kv := make([]string, 0, 4)
+	if !c.leases.off {
+		kv = append(kv, wire.SessionHeader, strconv.FormatUint(c.sessionID(), 10))
+	}
+	if c.opts.EarlyNamespaceReplies {
+		kv = append(kv, mdspb.CommitHeader, mdspb.CommitEarly)
+	}
+	if len(kv) == 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
