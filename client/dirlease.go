@@ -69,16 +69,16 @@ type dirLeases struct {
 // dirState is what the client knows of one directory.
 type dirState struct {
 	lease      *dirLease
-	inflight   int       // changes of this client to the directory in flight
-	overlapped bool      // two were in flight at once since inflight was 0
-	asking     bool      // a LeaseDir in flight
+	inflight   int  // changes of this client to the directory in flight
+	overlapped bool // two were in flight at once since inflight was 0
+	asking     bool // a LeaseDir in flight
 	// While asking: the edits of this client's changes answered since
 	// the request was sent, replayed on the grant (its listing may
 	// predate them); spoiled when one failed or two overlapped.
-	log     []func(uint64, map[string]struct{}) bool
-	spoiled bool
-	refused    time.Time // not before then again
-	recalled   uint64    // the highest gen recalled
+	log      []func(uint64, map[string]struct{}) bool
+	spoiled  bool
+	refused  time.Time // not before then again
+	recalled uint64    // the highest gen recalled
 }
 
 type dirLease struct {
