@@ -266,6 +266,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	c.mu.coders = map[layout.Layout]*erasure.Coder{}
 	c.leases.off = o.NoDirLeases
 	c.leases.dirs = map[uint64]*dirState{}
+	c.leases.renew = c.renew
 	if _, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: RootIno}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client: MDS %s: %w", addr, err)

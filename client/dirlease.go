@@ -62,8 +62,11 @@ type dirLeases struct {
 	stream uint64
 	epoch  uint64
 	send   func(gens []uint64) // releases on the open stream
-	dirs   map[uint64]*dirState
-	wg     sync.WaitGroup // LeaseDir calls in flight
+	// renew is Client.renew; nil once the session loops stopped: no
+	// more calls are started (wg.Add only under mu with renew set).
+	renew func(dir, gen, sess uint64)
+	dirs  map[uint64]*dirState
+	wg    sync.WaitGroup // LeaseDir calls in flight
 }
 
 // dirState is what the client knows of one directory.
@@ -82,9 +85,11 @@ type dirState struct {
 }
 
 type dirLease struct {
-	gen   uint64
-	until time.Time
-	names map[string]struct{}
+	gen      uint64
+	length   time.Duration // L, as the MDS said
+	until    time.Time
+	renewing bool // a renewal in flight
+	names    map[string]struct{}
 }
 
 func (l *dirLeases) state(dir uint64) *dirState {
@@ -111,7 +116,11 @@ func (l *dirLeases) prune() {
 
 // absent reports whether name is known not to be in dir: a live lease
 // lists no such name and no change of this client to dir is in flight.
-func (l *dirLeases) absent(dir uint64, name string) bool {
+// A lease in its second half is renewed in the background, without a
+// listing, so that a directory in use keeps its lease however big it
+// grows.
+func (c *Client) absent(dir uint64, name string) bool {
+	l := &c.leases
 	if l.off {
 		return false
 	}
@@ -121,12 +130,49 @@ func (l *dirLeases) absent(dir uint64, name string) bool {
 	if st == nil || st.lease == nil || st.inflight > 0 {
 		return false
 	}
-	if time.Now().After(st.lease.until) {
+	ls, now := st.lease, time.Now()
+	if now.After(ls.until) {
 		st.lease = nil
 		return false
 	}
-	_, ok := st.lease.names[name]
+	l.renewLocked(dir, ls, now)
+	_, ok := ls.names[name]
 	return !ok
+}
+
+// renewLocked starts the renewal of ls, the lease on dir, in its second
+// half.
+func (l *dirLeases) renewLocked(dir uint64, ls *dirLease, now time.Time) {
+	if ls.renewing || ls.until.Sub(now) >= ls.length/2 || l.renew == nil || l.stream == 0 {
+		return
+	}
+	ls.renewing = true
+	l.wg.Add(1)
+	go l.renew(dir, ls.gen, l.stream)
+}
+
+// renew extends lease gen on dir, or drops it when the MDS no longer
+// counts it held.
+func (c *Client) renew(dir, gen, sess uint64) {
+	l := &c.leases
+	defer l.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), dirLeaseCallTimeout)
+	defer cancel()
+	sent := time.Now()
+	r, err := c.mds.LeaseDir(ctx, &mdspb.LeaseDirRequest{Session: sess, Dir: dir, Renew: gen})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.dirs[dir]
+	if st == nil || st.lease == nil || st.lease.gen != gen {
+		return
+	}
+	st.lease.renewing = false
+	if err != nil || r.GetGen() != gen {
+		st.lease = nil
+		return
+	}
+	d := time.Duration(r.GetLeaseMs()) * time.Millisecond
+	st.lease.until = sent.Add(d * 9 / 10)
 }
 
 // begin notes a change of this client to dirs about to be sent.
@@ -165,6 +211,9 @@ func (l *dirLeases) end(err error, edit func(dir uint64, names map[string]struct
 		st := l.state(d)
 		if st.lease != nil && (err != nil || !edit(d, st.lease.names)) {
 			st.lease = nil
+		}
+		if st.lease != nil {
+			l.renewLocked(d, st.lease, time.Now())
 		}
 		if st.asking {
 			if err != nil {
@@ -226,7 +275,7 @@ func (c *Client) missed(ctx context.Context, dir uint64) {
 	l.mu.Lock()
 	st := l.state(dir)
 	now := time.Now()
-	if l.stream == 0 || st.asking || st.inflight > 0 || (st.lease != nil && now.Before(st.lease.until)) || now.Before(st.refused) {
+	if l.renew == nil || l.stream == 0 || st.asking || st.inflight > 0 || (st.lease != nil && now.Before(st.lease.until)) || now.Before(st.refused) {
 		l.mu.Unlock()
 		return
 	}
@@ -269,7 +318,7 @@ func (c *Client) missed(ctx context.Context, dir uint64) {
 			edit(dir, names)
 		}
 		d := time.Duration(r.GetLeaseMs()) * time.Millisecond
-		st.lease = &dirLease{gen: r.GetGen(), until: sent.Add(d * 9 / 10), names: names}
+		st.lease = &dirLease{gen: r.GetGen(), length: d, until: sent.Add(d * 9 / 10), names: names}
 	}()
 }
 
@@ -292,6 +341,10 @@ func (l *dirLeases) recall(dir, gen uint64) {
 func (l *dirLeases) dropAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.dropAllLocked()
+}
+
+func (l *dirLeases) dropAllLocked() {
 	l.stream, l.send = 0, nil
 	l.epoch++
 	for _, st := range l.dirs {

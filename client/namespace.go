@@ -37,7 +37,7 @@ const MaxNameLen = 255
 // A name that a directory lease (dirlease.go) says is not there is
 // answered without asking the MDS.
 func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*Attr, error) {
-	if c.leases.absent(parent, name) {
+	if c.absent(parent, name) {
 		c.metrics.leaseLookups.Inc()
 		return nil, fmt.Errorf("lookup %q in %d: %w", name, parent, errs.ErrNotFound)
 	}

@@ -260,8 +260,11 @@ func (c *Client) stopSessionLoops() {
 	c.sess.cancel()
 	<-c.sess.done
 	<-c.sess.watchDone
+	c.leases.mu.Lock()
+	c.leases.renew = nil
+	c.leases.dropAllLocked()
+	c.leases.mu.Unlock()
 	c.leases.wg.Wait()
-	c.leases.dropAll()
 }
 
 // Abandon stops renewing the session and closes every connection without

@@ -68,6 +68,7 @@ type leaseTable struct {
 
 	mu         sync.Mutex
 	closed     bool      // the server closed: no streams, no grants
+	draining   bool      // stopping: no streams, holds kept (drain)
 	closeErr   error     // the error of a change after close
 	notBefore  time.Time // grants refused and changes held until then
 	markerDone bool      // the marker is durable in this term's state
@@ -179,6 +180,21 @@ func (t *leaseTable) resetLocked(err error) {
 	t.byGen = map[uint64]uint64{}
 }
 
+// drain ends every Watch stream and refuses new ones, keeping the
+// holds: a change committed meanwhile still waits out each lease its
+// holder may not have dropped yet. A server stopping gracefully does this
+// first, or it would wait for the streams.
+func (t *leaseTable) drain() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.draining = true
+	for _, ls := range t.sessions {
+		if ls.w != nil {
+			ls.w.endLocked(fmt.Errorf("mds: stopping: %w", errs.ErrUnavailable))
+		}
+	}
+}
+
 // close ends every stream and wait with err, refuses new ones, and waits
 // for the streams' receivers (Server.Close).
 func (t *leaseTable) close(err error) {
@@ -255,6 +271,9 @@ func (t *leaseTable) watch(id uint64) (*watcher, error) {
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, t.closeErr
+	}
+	if t.draining {
+		return nil, fmt.Errorf("mds: stopping: %w", errs.ErrUnavailable)
 	}
 	ls := t.session(id)
 	if ls.w != nil {
@@ -370,7 +389,7 @@ func (t *leaseTable) grantableLocked(sid uint64) string {
 	switch ls := t.sessions[sid]; {
 	case t.closed:
 		return "closed"
-	case ls == nil || ls.w == nil:
+	case ls == nil || ls.w == nil || t.draining:
 		return "no watch stream"
 	case time.Now().Before(t.notBefore):
 		return "restart wait"
@@ -433,6 +452,26 @@ func (t *leaseTable) grantEnd(g grantTicket, sid uint64, expiry time.Time, ok bo
 	t.byGen[h.gen] = g.dir
 	ls.dirs[g.dir] = struct{}{}
 	return h.gen, ""
+}
+
+// renew extends session sid's lease gen on dir to expiry, if the session
+// holds it still (not recalled, replaced or expired) and has a stream.
+func (t *leaseTable) renew(sid, dir, gen uint64, expiry time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	ls, d := t.sessions[sid], t.dirs[dir]
+	if ls == nil || ls.w == nil || d == nil {
+		return false
+	}
+	h := d.holders[sid]
+	if h == nil || h.gen != gen || h.recalled || !time.Now().Before(h.expiry) {
+		return false
+	}
+	h.expiry = expiry
+	return true
 }
 
 // change readies a change of the entries of dirs by session sid (0:
@@ -599,6 +638,11 @@ func (s *Server) hasLeaseMarker() (bool, error) {
 
 // LeaseDir grants a lease on a directory, with its entries, or refuses
 // one (gen 0).
+// Drain ends the Watch streams of directory leases and refuses new
+// ones: call it before a graceful stop of the gRPC server, which would
+// otherwise wait for them.
+func (s *Server) Drain() { s.leases.drain() }
+
 func (s *Server) handleLeaseDir(ctx context.Context, req *mdspb.LeaseDirRequest) (_ *mdspb.LeaseDirReply, err error) {
 	arrived := time.Now()
 	t := s.leases
@@ -616,6 +660,12 @@ func (s *Server) handleLeaseDir(ctx context.Context, req *mdspb.LeaseDirRequest)
 	s.sess.mu.Unlock()
 	if serr != nil {
 		return refuse("session unknown")
+	}
+	if gen := req.GetRenew(); gen != 0 {
+		if !t.renew(sid, dir, gen, arrived.Add(t.lease)) {
+			return refuse("not held")
+		}
+		return &mdspb.LeaseDirReply{Gen: gen, LeaseMs: uint32(t.lease.Milliseconds())}, nil
 	}
 	if why := t.grantable(sid); why != "" {
 		return refuse(why) // before the marker: it is for grants that may happen

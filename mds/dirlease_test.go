@@ -596,3 +596,70 @@ func TestDirLeaseRaftLeaderChange(t *testing.T) {
 		t.Fatalf("mkdir at the new leader %v after the change, want at least %v", d, defaultDirLeaseTime)
 	}
 }
+
+// A renewal extends a held lease without a listing, so that a change
+// after the first expiry still recalls it; a recalled lease, or another
+// session's, is not renewed.
+func TestDirLeaseRenew(t *testing.T) {
+	e := newLeaseEnv(t, testDirLease)
+	holder, other := e.session(), e.session()
+	w := e.watch(holder)
+	e.create(rootIno, "f")
+	gen := e.grant(holder, rootIno)
+	renew := func(sid uint64) *mdspb.LeaseDirReply {
+		t.Helper()
+		r, err := e.c.LeaseDir(ctx, &mdspb.LeaseDirRequest{Session: sid, Dir: rootIno, Renew: gen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	time.Sleep(testDirLease / 2)
+	if r := renew(holder); r.Gen != gen || len(r.Entries) != 0 {
+		t.Fatalf("renewal: %v, want gen %d and no entries", r, gen)
+	}
+	if r := renew(other); r.Gen != 0 {
+		t.Fatalf("another session renewed the holder's lease: %v", r)
+	}
+	time.Sleep(testDirLease * 3 / 4) // past the first expiry
+	res := async(func() error { return e.createAs(other, rootIno, "g") })
+	if m := w.recall(t); m.Gen != gen {
+		t.Fatalf("recall %v, want gen %d", m, gen)
+	}
+	if r := renew(holder); r.Gen != 0 {
+		t.Fatalf("a recalled lease renewed: %v", r)
+	}
+	w.release(t, gen)
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Drain (a graceful stop) ends the Watch streams at once and refuses new
+// ones and new grants, but keeps the holds: a change still waits out a
+// lease its holder may not have dropped yet.
+func TestDirLeaseDrain(t *testing.T) {
+	e := newLeaseEnv(t, testDirLease)
+	holder, other := e.session(), e.session()
+	w := e.watch(holder)
+	e.grant(holder, rootIno)
+	t0 := time.Now()
+	e.s.Drain()
+	select {
+	case err := <-w.ended:
+		if !errors.Is(err, errs.ErrUnavailable) {
+			t.Fatalf("stream ended with %v, want ErrUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream not ended by Drain")
+	}
+	if err := e.createAs(other, rootIno, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < testDirLease*3/4 {
+		t.Fatalf("a change after Drain took %v from the grant: the lease (%v) was not waited out", d, testDirLease)
+	}
+	if r := e.leaseDir(holder, rootIno); r.Gen != 0 {
+		t.Fatalf("a grant after Drain: %v", r)
+	}
+}

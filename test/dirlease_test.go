@@ -183,3 +183,46 @@ func TestDirLeaseTwoMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestDirLeaseRenewedBigDirectory: a lease taken while the directory was
+// small is renewed without a listing (the MDS lists at most 4,096 names
+// in a grant), so a client that fills a directory with its own files
+// keeps answering lookups of absent names from it for longer than the
+// lease (2 s), and still sees another client's change at once.
+func TestDirLeaseRenewedBigDirectory(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{})
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	a := cl.ClientWith(client.Options{Registry: reg})
+	b := cl.Client()
+	if err := a.Mkdir(ctx, "/big", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := a.Stat(ctx, "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitLease(t, ctx, a, reg, d.Ino)
+	const n = 4200
+	for i := range n {
+		if _, err := a.CreateIn(ctx, d.Ino, fmt.Sprintf("e%05d", i), client.CreateOptions{Mode: 0o644, Exclusive: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, lookups := leaseLookups(t, reg), 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); lookups++ {
+		if _, err := a.Lookup(ctx, d.Ino, fmt.Sprintf("none%d", lookups)); !errors.Is(err, errs.ErrNotFound) {
+			t.Fatalf("lookup of an absent name: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if local := leaseLookups(t, reg) - before; local < float64(lookups)*9/10 {
+		t.Errorf("%v of %d lookups over 3 s answered from the lease of a directory of %d entries, want 90%%", local, lookups, n)
+	}
+	if _, err := b.CreateIn(ctx, d.Ino, "late", client.CreateOptions{Mode: 0o644, Exclusive: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, d.Ino, "late"); err != nil {
+		t.Fatalf("A's lookup right after B's create: %v", err)
+	}
+}

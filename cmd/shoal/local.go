@@ -197,6 +197,7 @@ func runLocal(g *globals, f *localFlags) (err error) {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", f.listen, err)
 		}
+		msrv.OnStop(m.Drain)
 		defer msrv.Stop(2 * time.Second)
 		mdsAddr = msrv.Addr()
 	}
@@ -350,6 +351,7 @@ func startLocalGroup(ctx context.Context, f *localFlags, mo mds.Options, reg *pr
 		}
 		servers = append(servers, s)
 		binds[i].Serve(s.Register)
+		binds[i].OnStop(s.Drain)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

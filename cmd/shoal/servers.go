@@ -59,6 +59,7 @@ func newMDSCmd(g *globals) *cobra.Command {
 				}
 				defer m.Close()
 				srv.Serve(m.Register)
+				srv.OnStop(m.Drain)
 				log.Info("MDS serving", "addr", srv.Addr(), "dir", dir)
 				serveOps(ctx, log, metrics, reg, mdsReady(m))
 				<-ctx.Done()

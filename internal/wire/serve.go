@@ -14,7 +14,13 @@ type Server struct {
 	lis    net.Listener
 	done   chan error
 	served bool
+	onStop []func()
 }
+
+// OnStop has Stop call fn first: for a service whose long-lived streams
+// a graceful stop would otherwise wait for (the MDS's Watch streams:
+// mds.Server.Drain). Call it before Stop, from the goroutine that stops.
+func (s *Server) OnStop(fn func()) { s.onStop = append(s.onStop, fn) }
 
 // Bind listens on addr ("host:port", port 0 picks one) without serving
 // yet, so that the caller can learn the address before it builds the
@@ -50,6 +56,9 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // Stop stops gracefully, waiting up to grace for calls in flight, then
 // closes every connection.
 func (s *Server) Stop(grace time.Duration) {
+	for _, fn := range s.onStop {
+		fn()
+	}
 	if !s.served {
 		s.lis.Close()
 		return

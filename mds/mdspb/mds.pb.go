@@ -5620,10 +5620,14 @@ func (x *WideLayout) GetUnplaceable() bool {
 
 // LeaseDirRequest asks for a lease on directory dir for a session that
 // has a Watch stream open.
+// With renew set, it asks to extend the session's lease of that gen on
+// dir instead: the reply has the same gen and no entries, or gen 0 when
+// the MDS no longer counts it held (recalled, expired, replaced).
 type LeaseDirRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	Dir           uint64                 `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Renew         uint64                 `protobuf:"varint,3,opt,name=renew,proto3" json:"renew,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5668,6 +5672,13 @@ func (x *LeaseDirRequest) GetSession() uint64 {
 func (x *LeaseDirRequest) GetDir() uint64 {
 	if x != nil {
 		return x.Dir
+	}
+	return 0
+}
+
+func (x *LeaseDirRequest) GetRenew() uint64 {
+	if x != nil {
+		return x.Renew
 	}
 	return 0
 }
@@ -6314,10 +6325,11 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x01k\x18\x03 \x01(\rR\x01k\x12\f\n" +
 	"\x01m\x18\x04 \x01(\rR\x01m\x12\x12\n" +
 	"\x04need\x18\x05 \x01(\rR\x04need\x12 \n" +
-	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable\"=\n" +
+	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable\"S\n" +
 	"\x0fLeaseDirRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
-	"\x03dir\x18\x02 \x01(\x04R\x03dir\"F\n" +
+	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12\x14\n" +
+	"\x05renew\x18\x03 \x01(\x04R\x05renew\"F\n" +
 	"\n" +
 	"LeaseEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +

@@ -225,6 +225,7 @@ func (c *Cluster) startMDS() error {
 		m.Close()
 		return err
 	}
+	srv.OnStop(m.Drain)
 	c.mds, c.mdsSrv, c.mdsAddr = m, srv, srv.Addr()
 	return nil
 }

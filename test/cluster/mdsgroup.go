@@ -140,6 +140,7 @@ func (c *Cluster) openMember(m *MDSMember, b *wire.Server) error {
 		return fmt.Errorf("MDS member %d: %w", m.ID, err)
 	}
 	b.Serve(s.Register)
+	b.OnStop(s.Drain)
 	m.Server, m.srv = s, b
 	return nil
 }
