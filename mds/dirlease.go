@@ -89,8 +89,25 @@ type leaseEnd struct {
 type leasedDir struct {
 	ver      uint64 // bumped when a change of the entries begins
 	changing int    // changes in flight
+	// by counts, per session, the changes in flight (changing) and begun
+	// (vers) by that session: a grant is refused only for other
+	// sessions' changes; the client replays its own (client/dirlease.go).
+	by map[uint64]*sessionChanges
 	granting int    // grants between their two looks (keeps ver)
 	holders  map[uint64]*dirHold
+}
+
+type sessionChanges struct{ changing, vers uint64 }
+
+// others returns the changes in flight and the changes begun by sessions
+// other than sid.
+func (d *leasedDir) others(sid uint64) (changing int, ver uint64) {
+	changing, ver = d.changing, d.ver
+	if c := d.by[sid]; c != nil && sid != 0 {
+		changing -= int(c.changing)
+		ver -= c.vers
+	}
+	return changing, ver
 }
 
 // dirHold is one session's lease on one directory.
@@ -410,12 +427,20 @@ func (t *leaseTable) grantBegin(sid, dir uint64) (grantTicket, string) {
 		return grantTicket{}, why
 	}
 	d := t.dir(dir)
-	if d.changing > 0 {
+	if changing, _ := d.others(sid); changing > 0 {
 		t.tidyLocked(dir)
 		return grantTicket{}, "change in flight"
 	}
 	d.granting++
-	return grantTicket{dir: dir, ver: d.ver, epoch: t.epoch}, ""
+	_, ver := d.others(sid)
+	return grantTicket{dir: dir, ver: ver, epoch: t.epoch}, ""
+}
+
+// changed says whether another session than sid has a change of d in
+// flight, or began one since ver (grantBegin's look).
+func changed(d *leasedDir, sid, ver uint64) bool {
+	changing, now := d.others(sid)
+	return changing > 0 || now != ver
 }
 
 // grantEnd is the second look: with ok, it grants session sid a lease
@@ -436,7 +461,7 @@ func (t *leaseTable) grantEnd(g grantTicket, sid uint64, expiry time.Time, ok bo
 	switch {
 	case !ok:
 		return 0, ""
-	case d.changing > 0 || d.ver != g.ver:
+	case changed(d, sid, g.ver):
 		return 0, "change in flight"
 	case ls == nil || ls.w == nil:
 		return 0, "no watch stream"
@@ -510,6 +535,18 @@ func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (do
 		d := t.dir(ino)
 		d.ver++
 		d.changing++
+		if sid != 0 {
+			if d.by == nil {
+				d.by = map[uint64]*sessionChanges{}
+			}
+			c := d.by[sid]
+			if c == nil {
+				c = &sessionChanges{}
+				d.by[sid] = c
+			}
+			c.changing++
+			c.vers++
+		}
 		for hs, h := range d.holders {
 			switch {
 			case !now.Before(h.expiry):
@@ -536,7 +573,14 @@ func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (do
 				return
 			}
 			for _, ino := range dirs {
-				t.dirs[ino].changing--
+				d := t.dirs[ino]
+				d.changing--
+				if c := d.by[sid]; c != nil && sid != 0 {
+					c.changing--
+					if c.changing == 0 && d.granting == 0 {
+						delete(d.by, sid) // no grant is between its looks
+					}
+				}
 				t.tidyLocked(ino)
 			}
 		})

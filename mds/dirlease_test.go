@@ -408,8 +408,25 @@ func TestDirLeaseGrantRacesChange(t *testing.T) {
 	done() // once only
 	e.grant(sid, rootIno)
 
-	// A change that begins and ends between the two looks.
+	// A change by another session that begins and ends between the two
+	// looks (the holder's lease recalled and released meanwhile).
+	other := e.session()
 	g, why := lt.grantBegin(sid, rootIno)
+	if why != "" {
+		t.Fatal(why)
+	}
+	lt.release(sid, []uint64{lt.nextGen})
+	done, err = lt.change(as(other), other, rootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if gen, why := lt.grantEnd(g, sid, time.Now().Add(time.Second), true); gen != 0 || why == "" {
+		t.Fatalf("grant after another session's change between its looks: gen %d", gen)
+	}
+	// The session's own change between the looks does not refuse it:
+	// its client replays the change on the listing.
+	g, why = lt.grantBegin(sid, rootIno)
 	if why != "" {
 		t.Fatal(why)
 	}
@@ -418,8 +435,8 @@ func TestDirLeaseGrantRacesChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	done()
-	if gen, why := lt.grantEnd(g, sid, time.Now().Add(time.Second), true); gen != 0 || why == "" {
-		t.Fatalf("grant after a change between its looks: gen %d", gen)
+	if gen, why := lt.grantEnd(g, sid, time.Now().Add(time.Second), true); gen == 0 {
+		t.Fatalf("grant after the session's own change between its looks refused: %s", why)
 	}
 	// And none: granted.
 	g, _ = lt.grantBegin(sid, rootIno)
@@ -661,5 +678,32 @@ func TestDirLeaseDrain(t *testing.T) {
 	}
 	if r := e.leaseDir(holder, rootIno); r.Gen != 0 {
 		t.Fatalf("a grant after Drain: %v", r)
+	}
+}
+
+// A session's own change in flight does not keep it from a grant (its
+// client replays the change on the listing), but it refuses everyone
+// else's.
+func TestDirLeaseGrantDuringOwnChange(t *testing.T) {
+	e := newLeaseEnv(t, 5*time.Second)
+	holder, changer, third := e.session(), e.session(), e.session()
+	hw := e.watch(holder)
+	e.watch(changer)
+	e.watch(third)
+	gen := e.grant(holder, rootIno)
+	// The changer's create waits for the holder's release.
+	res := async(func() error { return e.createAs(changer, rootIno, "x") })
+	if m := hw.recall(t); m.Gen != gen {
+		t.Fatalf("recall %v, want gen %d", m, gen)
+	}
+	if r := e.leaseDir(changer, rootIno); r.Gen == 0 {
+		t.Fatal("the changing session was refused a grant for its own change in flight")
+	}
+	if r := e.leaseDir(third, rootIno); r.Gen != 0 {
+		t.Fatalf("another session granted a lease during a change in flight: %v", r)
+	}
+	hw.release(t, gen)
+	if err := <-res; err != nil {
+		t.Fatal(err)
 	}
 }
