@@ -92,8 +92,8 @@ type leasedDir struct {
 	// by counts, per session, the changes in flight (changing) and begun
 	// (vers) by that session: a grant is refused only for other
 	// sessions' changes; the client replays its own (client/dirlease.go).
-	by map[uint64]*sessionChanges
-	granting int    // grants between their two looks (keeps ver)
+	by       map[uint64]*sessionChanges
+	granting int // grants between their two looks (keeps ver)
 	holders  map[uint64]*dirHold
 }
 
