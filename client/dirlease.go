@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,8 +122,8 @@ func (l *dirLeases) prune() {
 // grows.
 func (c *Client) absent(dir uint64, name string) bool {
 	l := &c.leases
-	if l.off {
-		return false
+	if l.off || !plainName(name) {
+		return false // the MDS says what is wrong with the name
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -149,6 +150,12 @@ func (l *dirLeases) renewLocked(dir uint64, ls *dirLease, now time.Time) {
 	ls.renewing = true
 	l.wg.Add(1)
 	go l.renew(dir, ls.gen, l.stream)
+}
+
+// plainName reports whether the MDS would look name up (mds.validName):
+// not empty, at most MaxNameLen bytes, not "." or "..", no '/' or NUL.
+func plainName(name string) bool {
+	return name != "" && len(name) <= MaxNameLen && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
 }
 
 // renew extends lease gen on dir, or drops it when the MDS no longer

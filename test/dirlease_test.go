@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +225,24 @@ func TestDirLeaseRenewedBigDirectory(t *testing.T) {
 	}
 	if _, err := a.Lookup(ctx, d.Ino, "late"); err != nil {
 		t.Fatalf("A's lookup right after B's create: %v", err)
+	}
+}
+
+// A name the MDS refuses gets the MDS's error, not ENOENT from a lease
+// (fsx found ENAMETOOLONG answered as ENOENT).
+func TestDirLeaseBadNames(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{})
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	a := cl.ClientWith(client.Options{Registry: reg})
+	awaitLease(t, ctx, a, reg, client.RootIno)
+	long := strings.Repeat("M", client.MaxNameLen+1)
+	if _, err := a.Lookup(ctx, client.RootIno, long); !errors.Is(err, errs.ErrNameTooLong) {
+		t.Errorf("lookup of a name of %d bytes: %v, want ENAMETOOLONG", len(long), err)
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", "a\x00b"} {
+		if _, err := a.Lookup(ctx, client.RootIno, bad); !errors.Is(err, errs.ErrInvalid) {
+			t.Errorf("lookup of %q: %v, want EINVAL", bad, err)
+		}
 	}
 }
