@@ -25,9 +25,13 @@ install: build
 deps:
 	@bash tools/deps.sh
 
+# TESTFLAGS adds go test flags, e.g. TESTFLAGS='-run TestPosix'. CI
+# (.ci/run) skips here the tests it runs at the spec's size right after
+# (admin-spec, raft-spec).
+TESTFLAGS ?=
 test: deps
 	$(GO) vet $(PKGS)
-	$(GO) test -count=1 -timeout 40m $(PKGS)
+	$(GO) test -count=1 -timeout 40m $(TESTFLAGS) $(PKGS)
 
 # test-short skips the end-to-end tests that start clusters and mounts.
 test-short:
