@@ -43,8 +43,11 @@ import (
 // is refused.
 const maxLeaseEntries = 4096
 
-// defaultDirLeaseTime is Options.DirLeaseTime's default.
-const defaultDirLeaseTime = 2 * time.Second
+// defaultDirLeaseTime is Options.DirLeaseTime's default: short, because a new
+// leader or a restarted MDS holds changes of entries for it (the first
+// write after a failover waited 2.6 s instead of 0.7 s with 2 s), and a
+// frozen holder holds a change up for it.
+const defaultDirLeaseTime = time.Second
 
 // leaseTable is the directory lease table of a Server (Server.leases).
 // Its lock is a leaf: nothing else is locked under it.

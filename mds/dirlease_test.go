@@ -581,7 +581,7 @@ func TestWatchAfterClose(t *testing.T) {
 
 // A member that stops leading ends its Watch streams (NotLeader); the
 // new leader, which finds the marker in the replicated state, holds
-// changes of entries for a lease's time (the default, 2 s).
+// changes of entries for a lease's time (the default, 1 s).
 func TestDirLeaseRaftLeaderChange(t *testing.T) {
 	gr := startGroup(t, 3)
 	lead := gr.leader()

@@ -76,7 +76,7 @@ type Options struct {
 	// signs (caps.go); default DefaultCapabilityTTL.
 	CapabilityTTL time.Duration
 	// DirLeaseTime is the length of a directory lease (dirlease.go);
-	// default 2s, at most SessionLease; negative: leases off (LeaseDir
+	// default 1s, at most SessionLease; negative: leases off (LeaseDir
 	// refuses every lease, changes never wait).
 	DirLeaseTime time.Duration
 }

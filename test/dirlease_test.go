@@ -189,7 +189,7 @@ func TestDirLeaseTwoMounts(t *testing.T) {
 // small is renewed without a listing (the MDS lists at most 4,096 names
 // in a grant), so a client that fills a directory with its own files
 // keeps answering lookups of absent names from it for longer than the
-// lease (2 s), and still sees another client's change at once.
+// lease (1 s), and still sees another client's change at once.
 func TestDirLeaseRenewedBigDirectory(t *testing.T) {
 	cl := cluster.Start(t, cluster.Options{})
 	ctx := context.Background()
