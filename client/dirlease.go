@@ -178,8 +178,15 @@ func (c *Client) renew(dir, gen, sess uint64) {
 		st.lease = nil
 		return
 	}
+	st.lease.until, _ = leaseEnd(sent, r)
+}
+
+// leaseEnd is when a lease the MDS answered r for, to a request sent at
+// sent, ends for the client (9/10 of its length: the margin is for
+// clock rates), and its length.
+func leaseEnd(sent time.Time, r *mdspb.LeaseDirReply) (time.Time, time.Duration) {
 	d := time.Duration(r.GetLeaseMs()) * time.Millisecond
-	st.lease.until = sent.Add(d * 9 / 10)
+	return sent.Add(d * 9 / 10), d
 }
 
 // begin notes a change of this client to dirs about to be sent.
@@ -324,8 +331,8 @@ func (c *Client) missed(ctx context.Context, dir uint64) {
 		for _, edit := range replay {
 			edit(dir, names)
 		}
-		d := time.Duration(r.GetLeaseMs()) * time.Millisecond
-		st.lease = &dirLease{gen: r.GetGen(), length: d, until: sent.Add(d * 9 / 10), names: names}
+		until, d := leaseEnd(sent, r)
+		st.lease = &dirLease{gen: r.GetGen(), length: d, until: until, names: names}
 	}()
 }
 

@@ -36,7 +36,33 @@ type mutation struct {
 	// the caller asks (mdspb.CommitHeader = CommitEarly; a local
 	// committer only: docs/fuse.md, "Durability").
 	early bool
+	// dirs, when set, names the directories whose entries the method
+	// changes: before the handler runs, serve recalls the directory
+	// leases other sessions hold on them and keeps new ones from being
+	// granted until the handler returns (leaseChange, dirlease_rpc.go).
+	dirs func(req any) []uint64
 }
+
+// changes adapts f, the directories a request of type R changes, to
+// mutation.dirs.
+func changes[R any](f func(R) []uint64) func(any) []uint64 {
+	return func(req any) []uint64 {
+		r, ok := req.(R)
+		if !ok {
+			return nil
+		}
+		return f(r)
+	}
+}
+
+var (
+	parentOfCreate  = changes(func(r *mdspb.CreateRequest) []uint64 { return []uint64{r.GetParent()} })
+	parentOfUnlink  = changes(func(r *mdspb.UnlinkRequest) []uint64 { return []uint64{r.GetParent()} })
+	parentOfSymlink = changes(func(r *mdspb.SymlinkRequest) []uint64 { return []uint64{r.GetParent()} })
+	parentOfLink    = changes(func(r *mdspb.LinkRequest) []uint64 { return []uint64{r.GetNewParent()} })
+	parentsOfRename = changes(func(r *mdspb.RenameRequest) []uint64 { return []uint64{r.GetOldParent(), r.GetNewParent()} })
+	parentOfMigrate = changes(func(r *mdspb.MigrateCommitRequest) []uint64 { return []uint64{r.GetTmpParent()} })
+)
 
 func newAttrReply() proto.Message   { return &mdspb.AttrReply{} }
 func newRenameReply() proto.Message { return &mdspb.RenameReply{} }
@@ -47,19 +73,19 @@ func newUnlinkReply() proto.Message { return &mdspb.UnlinkReply{} }
 // retried, they run again (reads, sessions, allocations: an allocation
 // retried leaves an unused pending extent, which GC collects).
 var mutations = map[string]mutation{
-	"Create":        {reply: newAttrReply, early: true},
-	"Mkdir":         {reply: newAttrReply, early: true},
-	"Symlink":       {reply: newAttrReply, early: true},
-	"Link":          {reply: newAttrReply, early: true},
-	"Unlink":        {reply: newUnlinkReply, early: true},
-	"Rmdir":         {reply: newUnlinkReply, early: true},
-	"Rename":        {reply: newRenameReply, early: true},
+	"Create":        {reply: newAttrReply, early: true, dirs: parentOfCreate},
+	"Mkdir":         {reply: newAttrReply, early: true, dirs: parentOfCreate},
+	"Symlink":       {reply: newAttrReply, early: true, dirs: parentOfSymlink},
+	"Link":          {reply: newAttrReply, early: true, dirs: parentOfLink},
+	"Unlink":        {reply: newUnlinkReply, early: true, dirs: parentOfUnlink},
+	"Rmdir":         {reply: newUnlinkReply, early: true, dirs: parentOfUnlink},
+	"Rename":        {reply: newRenameReply, early: true, dirs: parentsOfRename},
 	"SetAttr":       {reply: newAttrReply, early: true},
 	"SetXattr":      {reply: newAttrReply, early: true},
 	"RemoveXattr":   {reply: newAttrReply, early: true},
 	"CommitExtents": {reply: newAttrReply},
 	"Fallocate":     {reply: newAttrReply},
-	"MigrateCommit": {early: true},
+	"MigrateCommit": {early: true, dirs: parentOfMigrate},
 }
 
 // callInfo is what the interceptor learned of a call, in its context.
@@ -154,7 +180,17 @@ func serve[Req any, Resp proto.Message](s *Server, ctx context.Context, name str
 		}
 	}
 	ctx = context.WithValue(ctx, callKey{}, ci)
-	resp, err := h(ctx, req)
+	var resp Resp
+	if m.dirs != nil {
+		done, lerr := s.leaseChange(ctx, m.dirs(req)...)
+		if lerr != nil {
+			return zero, lerr
+		}
+		resp, err = h(ctx, req)
+		done(err)
+	} else {
+		resp, err = h(ctx, req)
+	}
 	var de *dupError
 	if err == nil || ci.reqID == "" || !errors.As(err, &de) {
 		return resp, err

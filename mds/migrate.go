@@ -23,11 +23,6 @@ func (s *Server) handleMigrateCommit(ctx context.Context, req *mdspb.MigrateComm
 	if req.GetSrcIno() == req.GetTmpIno() {
 		return nil, fmt.Errorf("migrate inode %d onto itself: %w", req.GetSrcIno(), errs.ErrInvalid)
 	}
-	done, err := s.leaseChange(ctx, req.GetTmpParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	var out *mdspb.AttrReply
 	err = s.commit(ctx, func(t *txn) error {
 		src, err := t.regularFile(req.GetSrcIno())

@@ -244,11 +244,6 @@ func (s *Server) handleCreate(ctx context.Context, req *mdspb.CreateRequest) (_ 
 	if device && !cl.root() {
 		return nil, fmt.Errorf("mknod of a device node by uid %d (needs CAP_MKNOD): %w", cl.uid, errs.ErrNotPermitted)
 	}
-	done, err := s.leaseChange(ctx, req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	var out *mdspb.AttrReply
 	err = s.commit(ctx, func(t *txn) error {
 		p, err := t.dir(req.GetParent())
@@ -385,11 +380,6 @@ func (s *Server) handleMkdir(ctx context.Context, req *mdspb.CreateRequest) (_ *
 			return nil, err
 		}
 	}
-	done, err := s.leaseChange(ctx, req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	var out *mdspb.AttrReply
 	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		if err := cl.check(p.Attr, mayExec, "mkdir"); err != nil {
@@ -427,11 +417,6 @@ func (s *Server) handleSymlink(ctx context.Context, req *mdspb.SymlinkRequest) (
 	case len(target) > maxSymlinkLen:
 		return nil, fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), maxSymlinkLen, errs.ErrNameTooLong)
 	}
-	done, err := s.leaseChange(ctx, req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	var out *mdspb.AttrReply
 	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		if err := cl.check(p.Attr, mayWrite|mayExec, "symlink"); err != nil {
@@ -476,11 +461,6 @@ func (s *Server) handleLink(ctx context.Context, req *mdspb.LinkRequest) (_ *mds
 	if err := validName(req.GetNewName()); err != nil {
 		return nil, err
 	}
-	done, err := s.leaseChange(ctx, req.GetNewParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	var out *mdspb.AttrReply
 	err = s.commitOn(ctx, req.GetIno(), func(t *txn, cl caller, n *mdspb.Inode) error {
 		if isDir(n.Attr.Mode) {
@@ -561,11 +541,6 @@ func (s *Server) handleUnlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ 
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	done, err := s.leaseChange(ctx, req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	var out *mdspb.UnlinkReply
 	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		ino, mode, err := t.removable(cl, p, req.GetName(), "unlink")
@@ -600,11 +575,6 @@ func (s *Server) handleRmdir(ctx context.Context, req *mdspb.UnlinkRequest) (_ *
 	if err := validName(req.GetName()); err != nil {
 		return nil, err
 	}
-	done, err := s.leaseChange(ctx, req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	out := &mdspb.UnlinkReply{}
 	err = s.commitIn(ctx, req.GetParent(), func(t *txn, cl caller, p *mdspb.Inode) error {
 		ino, mode, err := t.removable(cl, p, req.GetName(), "rmdir")

@@ -62,11 +62,6 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 	}
 	exchange := flags&uint32(mdspb.RenameFlags_RENAME_EXCHANGE) != 0
 	noReplace := flags&uint32(mdspb.RenameFlags_RENAME_NOREPLACE) != 0
-	done, err := s.leaseChange(ctx, req.GetOldParent(), req.GetNewParent())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { done(err) }()
 	out := &mdspb.RenameReply{}
 	err = s.commitIn(ctx, req.GetOldParent(), func(t *txn, cl caller, op *mdspb.Inode) error {
 		np, err := t.dir(req.GetNewParent())
