@@ -12,7 +12,8 @@ const baselineChunk = 16 << 20
 // ReadFileDirect reads the local file at path into buf from offset 0 with
 // the device's direct reads (cuFileRead through an O_DIRECT descriptor on
 // CUDA, pread on the host backend), 16 MiB at a time: the baseline that
-// Shoal's direct path is measured against. It returns the path that ran.
+// Shoal's direct path is measured against. It returns the path that ran
+// ("direct", "compat", or both as "direct+compat" busiest first).
 func ReadFileDirect(dev *Device, path string, buf *Buffer) (string, error) {
 	if dev.info.DirectPath == PathBounce {
 		return "", fmt.Errorf("gds: no cuFile on this device (%s): %w", dev.info.CuFileMode, errs.ErrNotSupported)
@@ -26,13 +27,16 @@ func ReadFileDirect(dev *Device, path string, buf *Buffer) (string, error) {
 	if err := buf.check(0, n); err != nil {
 		return "", err
 	}
+	var rep Report
 	for off := int64(0); off < n; off += baselineChunk {
 		m := min(baselineChunk, n-off)
-		if err := dev.eng.readDirect(f, buf, off, off, m); err != nil {
+		p, err := dev.eng.readDirect(f, buf, off, off, m)
+		if err != nil {
 			return "", err
 		}
+		rep.Paths[p] += m
 	}
-	return dev.info.DirectPath.String(), nil
+	return rep.Path(), nil
 }
 
 // ReadFileBounce reads the local file at path into buf from offset 0 with

@@ -86,6 +86,9 @@ type cudaEngine struct {
 	ioCmds  chan func() // run on an I/O thread (nil: owner)
 	wg      sync.WaitGroup
 	streams []uintptr
+	// syncStream carries the synchronous memsets and copies (Zero,
+	// CopyFromHost), each waited for with cudaStreamSynchronize.
+	syncStream uintptr
 
 	// Owned by the owner thread.
 	events  []uintptr // free events
@@ -183,6 +186,10 @@ func (e *cudaEngine) init() error {
 		}
 		e.streams = append(e.streams, s)
 	}
+	if c := rt.StreamCreateWithFlags(&e.syncStream, cudaStreamNonBlocking); c != cudaSuccess {
+		e.shutdown()
+		return rt.err("cudaStreamCreateWithFlags", c)
+	}
 	var rv, dv int32
 	rt.RuntimeGetVersion(&rv)
 	rt.DriverGetVersion(&dv)
@@ -200,57 +207,19 @@ func (e *cudaEngine) init() error {
 	return nil
 }
 
-// openCuFile loads libcufile and opens its driver; on failure the device
-// works without it (local chunks take the bounce path) and Info says why.
+// openCuFile opens the process's cuFile driver, or takes another
+// reference to it; on failure the device works without it (local chunks
+// take the bounce path) and Info says why.
 func (e *cudaEngine) openCuFile() {
-	cf, err := loadCufile(e.opts.Libs)
+	cf, mode, err := acquireCuFile(e.opts.Libs, e.do)
 	if err != nil {
-		e.cfMode = "unavailable: " + err.Error()
+		e.cfMode, e.directPath = "unavailable: "+err.Error(), PathBounce
 		return
 	}
-	var mode string
-	var path Path
-	e.do(func() {
-		if err := cf.DriverOpen().err("cuFileDriverOpen"); err != nil {
-			mode = "unavailable: " + err.Error()
-			return
-		}
-		var props cuFileDrvProps
-		if err := cf.DriverGetProperties(&props).err("cuFileDriverGetProperties"); err != nil {
-			cf.DriverClose()
-			mode = "unavailable: " + err.Error()
-			return
-		}
-		mode, path = cuFileModeOf(cf, props)
-		e.cf = cf
-	})
-	e.cfMode, e.directPath = mode, path
-	if e.cf == nil {
-		e.directPath = PathBounce
+	e.cf, e.cfMode, e.directPath = cf, mode, PathCompat
+	if cufileDriver.directConfirmed() {
+		e.directPath = PathDirect
 	}
-}
-
-// cuFileModeOf says whether cuFile reads go straight to the GPU (nvidia-fs
-// loaded, or PCIe P2PDMA) or through its compatibility mode.
-func cuFileModeOf(cf *cufile, p cuFileDrvProps) (string, Path) {
-	var v int32
-	version := ""
-	if cf.GetVersion != nil && cf.GetVersion(&v).Err == cuFileSuccess {
-		version = fmt.Sprintf(" (libcufile %d)", v)
-	}
-	if cf.GetParameterBool != nil {
-		var force bool
-		if cf.GetParameterBool(cuFileParamForceCompat, &force).Err == cuFileSuccess && force {
-			return "compat: force_compat_mode is set" + version, PathCompat
-		}
-	}
-	switch {
-	case p.NvfsMajor != 0:
-		return fmt.Sprintf("direct: nvidia-fs %d.%d%s", p.NvfsMajor, p.NvfsMinor, version), PathDirect
-	case p.FFlags&(1<<cuFileP2PSupportedBit) != 0:
-		return "direct: PCIe P2PDMA" + version, PathDirect
-	}
-	return "compat: nvidia-fs not loaded" + version, PathCompat
 }
 
 // ioThread runs cuFileRead calls on its own locked thread.
@@ -329,8 +298,13 @@ func (e *cudaEngine) shutdown() {
 		e.rt.StreamDestroy(s)
 	}
 	e.streams = nil
+	if e.syncStream != 0 {
+		e.rt.StreamSynchronize(e.syncStream)
+		e.rt.StreamDestroy(e.syncStream)
+		e.syncStream = 0
+	}
 	if e.cf != nil {
-		e.cf.DriverClose()
+		releaseCuFile(e.cf)
 	}
 }
 
@@ -342,9 +316,19 @@ func (e *cudaEngine) info() Info {
 func (e *cudaEngine) libs() []string {
 	l := []string{e.rt.path}
 	if e.cf != nil {
+		for _, p := range e.cf.preloaded {
+			l = append(l, p+" (preloaded for libcufile)")
+		}
 		l = append(l, e.cf.path)
 	}
 	return l
+}
+
+func (e *cudaEngine) cufileStatus() CuFileStatus {
+	if e.cf == nil {
+		return CuFileStatus{Mode: e.cfMode, StatsErr: "no cuFile"}
+	}
+	return cuFileStatus()
 }
 
 func (e *cudaEngine) alloc(n int64) (uintptr, []byte, error) {
@@ -417,13 +401,22 @@ func (e *cudaEngine) freePinned(b []byte) error {
 	return err
 }
 
+// memset zeroes on the sync stream and waits for it: cudaMemset on the
+// null stream would return before the bytes are zeroed, and nothing
+// orders it before a later cuFileRead or copy on another stream.
 func (e *cudaEngine) memset(b *Buffer, off, n int64) error {
 	var err error
-	e.do(func() {
-		if c := e.rt.Memset(b.addr+uintptr(off), 0, uintptr(n)); c != cudaSuccess {
-			err = e.rt.err("cudaMemset", c)
+	if derr := e.do(func() {
+		if c := e.rt.MemsetAsync(b.addr+uintptr(off), 0, uintptr(n), e.syncStream); c != cudaSuccess {
+			err = e.rt.err("cudaMemsetAsync", c)
+			return
 		}
-	})
+		if c := e.rt.StreamSynchronize(e.syncStream); c != cudaSuccess {
+			err = e.rt.err("cudaStreamSynchronize", c)
+		}
+	}); derr != nil {
+		return derr
+	}
 	return err
 }
 
@@ -494,33 +487,57 @@ func (e *cudaEngine) openDirect(path string) (directFile, error) {
 	return cf, nil
 }
 
-func (e *cudaEngine) readDirect(df directFile, b *Buffer, off, fileOff, n int64) error {
+func (e *cudaEngine) readDirect(df directFile, b *Buffer, off, fileOff, n int64) (Path, error) {
 	cf, ok := df.(*cudaFile)
 	if !ok {
-		return fmt.Errorf("gds: no cuFile for a direct read: %w", errs.ErrNotSupported)
+		return PathBounce, fmt.Errorf("gds: no cuFile for a direct read: %w", errs.ErrNotSupported)
 	}
 	var got int64
-	read := func() { got = e.cf.Read(cf.handle, b.addr, uintptr(n), fileOff, off) }
-	if e.ioCmds != nil {
-		e.mu.RLock()
-		if e.closed {
-			e.mu.RUnlock()
-			return errClosed
+	var errno int32
+	read := func() {
+		got = e.cf.Read(cf.handle, b.addr, uintptr(n), fileOff, off)
+		if got == -1 {
+			errno = threadErrno() // same locked thread, no C call in between
 		}
-		done := make(chan struct{})
-		e.ioCmds <- func() { read(); close(done) }
-		e.mu.RUnlock()
-		<-done
-	} else if err := e.do(read); err != nil {
-		return err
 	}
+	p, err := readPath(e.cf, e.runIO, read)
+	if err != nil {
+		return p, err
+	}
+	return p, cuFileReadErr(got, errno, n, fileOff)
+}
+
+// runIO runs fn on an I/O thread, or on the owner thread without them.
+func (e *cudaEngine) runIO(fn func()) error {
+	if e.ioCmds == nil {
+		return e.do(fn)
+	}
+	e.mu.RLock()
+	if e.closed {
+		e.mu.RUnlock()
+		return errClosed
+	}
+	done := make(chan struct{})
+	e.ioCmds <- func() { fn(); close(done) }
+	e.mu.RUnlock()
+	<-done
+	return nil
+}
+
+// cuFileReadErr reads cuFileRead's result: the bytes read; -1 with errno
+// set for a file-system error; -(5000+n) for a cuFile error.
+func cuFileReadErr(got int64, errno int32, n, fileOff int64) error {
 	switch {
 	case got == n:
 		return nil
+	case got == -1 && errno != 0:
+		return fmt.Errorf("gds: cuFileRead %d bytes at %d: %w", n, fileOff, unix.Errno(errno))
+	case got == -1:
+		return fmt.Errorf("gds: cuFileRead %d bytes at %d: failed (-1) with errno 0", n, fileOff)
 	case got < 0 && -got > cuFileOpBaseErr:
 		return fmt.Errorf("gds: cuFileRead %d bytes at %d: cufile error %d (%s)", n, fileOff, -got, cuFileErrName(int32(-got)))
 	case got < 0:
-		return fmt.Errorf("gds: cuFileRead %d bytes at %d: %w", n, fileOff, unix.Errno(-got))
+		return fmt.Errorf("gds: cuFileRead %d bytes at %d: returned %d, neither -1 nor a cuFile error: %w", n, fileOff, got, unix.Errno(-got))
 	}
 	return fmt.Errorf("gds: cuFileRead %d bytes at %d: short read of %d", n, fileOff, got)
 }
@@ -567,13 +584,21 @@ func (e *cudaEngine) copyIn(b *Buffer, off int64, src []byte, s int) <-chan erro
 	return done
 }
 
+// copyInSync copies on the sync stream and waits for it: cudaMemcpy from
+// pageable memory may return before the bytes reach the device.
 func (e *cudaEngine) copyInSync(b *Buffer, off int64, src []byte) error {
 	var err error
-	e.do(func() {
-		if c := e.rt.MemcpyHtoD(b.addr+uintptr(off), unsafe.Pointer(&src[0]), uintptr(len(src)), cudaMemcpyHostToDevice); c != cudaSuccess {
-			err = e.rt.err("cudaMemcpy HtoD", c)
+	if derr := e.do(func() {
+		if c := e.rt.MemcpyAsyncHtoD(b.addr+uintptr(off), unsafe.Pointer(&src[0]), uintptr(len(src)), cudaMemcpyHostToDevice, e.syncStream); c != cudaSuccess {
+			err = e.rt.err("cudaMemcpyAsync HtoD", c)
+			return
 		}
-	})
+		if c := e.rt.StreamSynchronize(e.syncStream); c != cudaSuccess {
+			err = e.rt.err("cudaStreamSynchronize", c)
+		}
+	}); derr != nil {
+		return derr
+	}
 	return err
 }
 

@@ -22,3 +22,6 @@ type CUDAOptions struct {
 func OpenCUDA(o CUDAOptions) (*Device, error) {
 	return nil, fmt.Errorf("gds: %w: the CUDA backend is built for linux/amd64 and linux/arm64, not %s/%s", ErrNoGPU, runtime.GOOS, runtime.GOARCH)
 }
+
+// GlibcVersion is "" on this platform.
+func GlibcVersion() string { return "" }

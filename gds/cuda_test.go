@@ -117,14 +117,22 @@ func TestCandidates(t *testing.T) {
 // and libcufile, or skips loudly without a C compiler.
 func buildFakeCUDA(t *testing.T) string {
 	t.Helper()
+	return buildFake(t, filepath.Join(t.TempDir(), "libfakecuda.so"), "testdata/fakecuda.c")
+}
+
+// buildFake compiles src (and C flags) into the shared library so. Each
+// build is a new file, so each test gets a library with fresh state.
+func buildFake(t *testing.T, so, src string, flags ...string) string {
+	t.Helper()
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
 		if cc, err = exec.LookPath("cc"); err != nil {
 			t.Skip("SKIP: no C compiler (gcc or cc): cannot build the fake CUDA library that checks the bindings; install gcc (tools/deps.sh does)")
 		}
 	}
-	so := filepath.Join(t.TempDir(), "libfakecuda.so")
-	out, err := exec.Command(cc, "-Wall", "-Werror", "-shared", "-fPIC", "-o", so, "testdata/fakecuda.c").CombinedOutput()
+	// -Bsymbolic: two fakes loaded at once each call their own functions.
+	args := append([]string{"-Wall", "-Werror", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-o", so}, flags...)
+	out, err := exec.Command(cc, append(args, src)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("build fake CUDA: %v\n%s", err, out)
 	}
@@ -178,8 +186,8 @@ func TestFakeCUDA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := dev.eng.readDirect(df, b, Align, 0, 2*Align); err != nil {
-			t.Fatal(err)
+		if p, err := dev.eng.readDirect(df, b, Align, 0, 2*Align); err != nil || p != PathCompat {
+			t.Fatal(p, err)
 		}
 		df.Close()
 		mustEqual(t, "cuFileRead", readBack(t, b, Align, 2*Align), data)

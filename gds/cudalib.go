@@ -23,17 +23,44 @@ package gds
 //     per_buffer_cache_size, max_device_pinned_mem_size, max_batch_io_size,
 //     max_batch_io_timeout_msecs; }: 56 bytes. cuFileDriverClose is
 //     #defined to cuFileDriverClose_v2 (the exported symbol).
-//     CUFILEOP_BASE_ERR = 5000; cuFileRead returns -errno or -(5000+n) on
-//     error. CUFileBoolConfigParameter_t counts from 0:
+//     CUFILEOP_BASE_ERR = 5000. cuFileRead returns -1 with errno set on a
+//     file-system error and -(5000+n), a CUfileOpError, on cuFile's own
+//     (GDS API reference, "cuFileRead", return values; cufile.h's
+//     IS_CUFILE_ERR(err) is abs(err) > CUFILEOP_BASE_ERR): errno is read
+//     on the calling thread right after the call (__errno_location), which
+//     the locked owner and I/O threads make safe.
+//     CUFileBoolConfigParameter_t counts from 0:
 //     CUFILE_PARAM_PROPERTIES_USE_POLL_MODE, _ALLOW_COMPAT_MODE (1),
 //     CUFILE_PARAM_FORCE_COMPAT_MODE (2), ... (cuFile 1.14 / CUDA 12.9+).
-//     CUfileFeatureFlags: CU_FILE_P2P_SUPPORTED is bit 4 of fflags.
+//     CUfileFeatureFlags: CU_FILE_P2P_SUPPORTED is bit 4 of fflags (the
+//     platform supports P2PDMA; it does not say cuFile uses it).
+//     CUFileSizeTConfigParameter_t: CUFILE_PARAM_PROFILE_STATS = 0 (set
+//     before cuFileDriverOpen). Statistics (cuFileSetStatsLevel,
+//     cuFileStatsStart, cuFileGetStatsL3; cuFile 1.15 / CUDA 13): level 1
+//     counts reads and bytes but not how they ran; level 3 adds, per GPU,
+//     n_p2p_reads, n_nvfs_reads and n_posix_reads (CUfilePerGpuStats_t:
+//     char uuid[16] then 29 uint64_t, 248 bytes; CUfileStatsLevel1_t 624
+//     bytes: 23 CUfileOpCounter_t {ok, err} and 38 uint64_t;
+//     CUfileStatsLevel2_t adds two uint64_t[32] histograms, 1136;
+//     CUfileStatsLevel3_t adds uint32_t num_gpus, padding and
+//     per_gpu_stats[16] at 1144, 5112 bytes). See cufilemode.go.
 //   - CUDA runtime: cuda_runtime_api.h / driver_types.h: every function
 //     returns cudaError_t (a 32-bit enum; cudaSuccess 0, cudaErrorNotReady
 //     600, cudaErrorNoDevice 100, cudaErrorInsufficientDriver 35);
 //     cudaMemcpyKind HostToDevice 1, DeviceToHost 2; cudaStream_t and
 //     cudaEvent_t are pointers; cudaStreamNonBlocking 1;
-//     cudaEventDisableTiming 2; cudaHostAllocDefault 0.
+//     cudaEventDisableTiming 2; cudaHostAllocDefault 0. Versions are
+//     1000*major + 10*minor; cudaDriverGetVersion gives 0 without a
+//     driver. A runtime needs a driver of at least its major version
+//     (minor version compatibility within a major, CUDA 11.1+).
+//     Ordering ("API synchronization behavior" in the runtime API
+//     reference): cudaMemset is asynchronous with respect to the host and
+//     runs on the legacy null stream, which does not order with
+//     non-blocking streams nor with cuFile; cudaMemcpy from pageable host
+//     memory returns once the bytes are staged, possibly before the DMA
+//     to the device completed. So gds zeroes with cudaMemsetAsync and
+//     copies in with cudaMemcpyAsync on its own stream, each followed by
+//     cudaStreamSynchronize of that stream.
 //
 // The Go structs below carry size assertions; gds/testdata/fakecuda.c
 // declares the same C types and the tests (cuda_test.go) drive every
@@ -113,9 +140,8 @@ type cudart struct {
 	HostAlloc             func(p *unsafe.Pointer, n uintptr, flags uint32) int32
 	FreeHost              func(p unsafe.Pointer) int32
 	MemcpyDtoH            func(dst unsafe.Pointer, src uintptr, n uintptr, kind int32) int32 // cudaMemcpy
-	MemcpyHtoD            func(dst uintptr, src unsafe.Pointer, n uintptr, kind int32) int32 // cudaMemcpy
 	MemcpyAsyncHtoD       func(dst uintptr, src unsafe.Pointer, n uintptr, kind int32, stream uintptr) int32
-	Memset                func(p uintptr, v int32, n uintptr) int32
+	MemsetAsync           func(p uintptr, v int32, n uintptr, stream uintptr) int32
 	StreamCreateWithFlags func(s *uintptr, flags uint32) int32
 	StreamDestroy         func(s uintptr) int32
 	StreamSynchronize     func(s uintptr) int32
@@ -141,8 +167,15 @@ type cufile struct {
 	BufRegister         func(p uintptr, n uintptr, flags int32) cuFileError
 	BufDeregister       func(p uintptr) cuFileError
 	Read                func(fh uintptr, base uintptr, n uintptr, fileOff int64, bufOff int64) int64
-	GetVersion          func(v *int32) cuFileError             // optional
-	GetParameterBool    func(param int32, v *bool) cuFileError // optional (cuFile 1.14+)
+	GetVersion          func(v *int32) cuFileError               // optional
+	GetParameterBool    func(param int32, v *bool) cuFileError   // optional (cuFile 1.14+)
+	SetParameterSizeT   func(param int32, v uintptr) cuFileError // optional (cuFile 1.14+)
+	SetStatsLevel       func(level int32) cuFileError            // optional (cuFile 1.15+)
+	StatsStart          func() cuFileError                       // optional
+	GetStatsL3          func(s *cuFileStatsL3Buf) cuFileError    // optional
+
+	// preloaded are the libraries loaded before it (librt).
+	preloaded []string
 }
 
 // symbol binds fptr to name in lib; optional symbols may be missing.
@@ -152,9 +185,10 @@ type symbol struct {
 	optional bool
 }
 
-// dlopenFirst opens the first loadable candidate and binds syms; it
-// returns what it tried for the error message.
-func dlopenFirst(cands []string, syms func(path string) []symbol) (string, []string, error) {
+// dlopenFirst opens the first loadable candidate, binds syms and, when
+// check is not nil, keeps it only if check (run after binding) accepts
+// it; it returns what it tried for the error message.
+func dlopenFirst(cands []string, syms func(path string) []symbol, check func() error) (string, []string, error) {
 	var tried []string
 	var lastErr error
 	for _, c := range cands {
@@ -170,6 +204,13 @@ func dlopenFirst(cands []string, syms func(path string) []symbol) (string, []str
 			// Not the library we want: leave it loaded (dlclose of a library
 			// whose constructors ran is not safe in general).
 			continue
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				tried = append(tried, fmt.Sprintf("%s (%v)", c, err))
+				lastErr = err
+				continue
+			}
 		}
 		return c, tried, nil
 	}
@@ -205,9 +246,8 @@ func loadCudart(o LibOptions) (*cudart, error) {
 			{&l.HostAlloc, "cudaHostAlloc", false},
 			{&l.FreeHost, "cudaFreeHost", false},
 			{&l.MemcpyDtoH, "cudaMemcpy", false},
-			{&l.MemcpyHtoD, "cudaMemcpy", false},
 			{&l.MemcpyAsyncHtoD, "cudaMemcpyAsync", false},
-			{&l.Memset, "cudaMemset", false},
+			{&l.MemsetAsync, "cudaMemsetAsync", false},
 			{&l.StreamCreateWithFlags, "cudaStreamCreateWithFlags", false},
 			{&l.StreamDestroy, "cudaStreamDestroy", false},
 			{&l.StreamSynchronize, "cudaStreamSynchronize", false},
@@ -222,7 +262,7 @@ func loadCudart(o LibOptions) (*cudart, error) {
 		}
 	}
 	cands := candidates(o.Cudart, cudartNames, o)
-	if _, tried, err := dlopenFirst(cands, syms); err != nil {
+	if _, tried, err := dlopenFirst(cands, syms, func() error { return checkDriver(l) }); err != nil {
 		return nil, fmt.Errorf("gds: %w: cannot load libcudart: %s", ErrNoGPU, triedList(tried, cands, err))
 	}
 	return l, nil
@@ -242,13 +282,28 @@ func loadCufile(o LibOptions) (*cufile, error) {
 			{&l.Read, "cuFileRead", false},
 			{&l.GetVersion, "cuFileGetVersion", true},
 			{&l.GetParameterBool, "cuFileGetParameterBool", true},
+			{&l.SetParameterSizeT, "cuFileSetParameterSizeT", true},
+			{&l.SetStatsLevel, "cuFileSetStatsLevel", true},
+			{&l.StatsStart, "cuFileStatsStart", true},
+			{&l.GetStatsL3, "cuFileGetStatsL3", true},
+		}
+	}
+	// libcufile.so.0 of the pip wheel uses librt (shm_open) without
+	// naming it on glibc older than 2.34, where librt is separate: it
+	// loads only once librt is loaded globally (a known upstream issue).
+	// On newer glibc librt.so.1 is an empty stub, so load it always.
+	var pre []string
+	for _, p := range cufilePreloads {
+		if _, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+			pre = append(pre, p)
 		}
 	}
 	cands := candidates(o.Cufile, cufileNames, o)
-	path, tried, err := dlopenFirst(cands, syms)
+	path, tried, err := dlopenFirst(cands, syms, nil)
 	if err != nil {
 		return nil, fmt.Errorf("gds: cannot load libcufile: %s", triedList(tried, cands, err))
 	}
+	l.preloaded = pre
 	// cuFileDriverClose is a macro for cuFileDriverClose_v2 in cufile.h;
 	// older libraries export only the plain name.
 	h, _ := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
@@ -259,6 +314,34 @@ func loadCufile(o LibOptions) (*cufile, error) {
 	}
 	return l, nil
 }
+
+// cufilePreloads are loaded with RTLD_GLOBAL before libcufile.
+var cufilePreloads = []string{"librt.so.1"}
+
+// checkDriver refuses a runtime that the installed driver is too old for
+// (or that finds no driver), so that an older runtime further down the
+// candidates gets its turn: libcudart.so.13 of a pip wheel on a machine
+// whose driver is CUDA 12 binds every symbol, then fails every call with
+// cudaErrorInsufficientDriver.
+func checkDriver(l *cudart) error {
+	var rv, dv int32
+	if c := l.RuntimeGetVersion(&rv); c != cudaSuccess {
+		return fmt.Errorf("cudaRuntimeGetVersion: cuda error %d", c)
+	}
+	if c := l.DriverGetVersion(&dv); c != cudaSuccess {
+		return fmt.Errorf("cudaDriverGetVersion: cuda error %d", c)
+	}
+	if dv == 0 {
+		return fmt.Errorf("no CUDA driver installed (cudaDriverGetVersion 0)")
+	}
+	if dv/1000 < rv/1000 {
+		return fmt.Errorf("runtime %s needs a CUDA %d driver; the driver is %s", cudaVersion(rv), rv/1000, cudaVersion(dv))
+	}
+	return nil
+}
+
+// cudaVersion formats 1000*major + 10*minor.
+func cudaVersion(v int32) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
 func triedList(tried, cands []string, err error) string {
 	if len(cands) == 0 {

@@ -67,19 +67,42 @@ type Info struct {
 	// bus id).
 	Name string
 	// DirectPath is the path local chunk reads take: PathHost on the host
-	// backend; PathDirect or PathCompat when cuFile runs; PathBounce when
-	// the CUDA device has no usable cuFile.
+	// backend; PathCompat when cuFile runs (PathDirect once cuFile's
+	// statistics confirmed a direct read; each read's Report says which
+	// ran); PathBounce when the CUDA device has no usable cuFile.
 	DirectPath Path
-	// CuFileMode says which cuFile mode runs and why ("nvidia-fs 2.17",
-	// "compat: nvidia-fs not loaded", "unavailable: ..."); empty on host.
+	// CuFileMode says which cuFile mode runs and why, when the device
+	// opened ("compat: nvidia-fs not loaded, no PCIe P2PDMA", "direct
+	// unconfirmed: PCIe P2PDMA supported", "unavailable: ..."); empty on
+	// host. A direct mode is confirmed by cuFile's statistics on the first
+	// reads (CuFileStatus); until then reads count as compat.
 	CuFileMode string
-	// Libraries are the files the CUDA backend loaded.
+	// Libraries are the files the CUDA backend loaded (and preloaded).
 	Libraries []string
 	// Streams is the number of copy streams.
 	Streams int
 	// IOThreads is the number of threads that call cuFileRead.
 	IOThreads int
 }
+
+// CuFileStats are cuFile's read counters for this process (its level 3
+// statistics, summed over GPUs): reads by how they ran.
+type CuFileStats struct {
+	Reads, P2P, NVFS, POSIX, Bytes uint64
+}
+
+// CuFileStatus is what cuFile says now: its mode (Info.CuFileMode, updated
+// once a read confirmed or refuted a direct mode) and its counters.
+type CuFileStatus struct {
+	Mode  string
+	Stats CuFileStats
+	// StatsErr says why there are no counters ("" when there are).
+	StatsErr string
+}
+
+// CuFileStatus returns cuFile's mode and counters now; on the host
+// backend, or without cuFile, StatsErr says why there are none.
+func (d *Device) CuFileStatus() CuFileStatus { return d.eng.cufileStatus() }
 
 // Device is memory that reads land in, and the engine that moves bytes
 // there. It is safe for concurrent use.
@@ -317,9 +340,10 @@ type engine interface {
 	memset(b *Buffer, off, n int64) error
 	// openDirect opens a local file for direct reads.
 	openDirect(path string) (directFile, error)
-	// readDirect reads n bytes at fileOff of f into b at off; the caller
-	// keeps fileOff, n and b.addr+off 4 KiB aligned.
-	readDirect(f directFile, b *Buffer, off, fileOff, n int64) error
+	// readDirect reads n bytes at fileOff of f into b at off and returns
+	// the path they took; the caller keeps fileOff, n and b.addr+off 4 KiB
+	// aligned.
+	readDirect(f directFile, b *Buffer, off, fileOff, n int64) (Path, error)
 	// copyIn starts copying src to b at off on stream s (mod streams) and
 	// returns a channel that yields the copy's result once the device has
 	// finished reading src: only then may src be reused.
@@ -328,6 +352,7 @@ type engine interface {
 	copyInSync(b *Buffer, off int64, src []byte) error
 	// copyOut copies len(dst) bytes at off of b to dst and waits.
 	copyOut(dst []byte, b *Buffer, off int64) error
+	cufileStatus() CuFileStatus
 	close() error
 }
 

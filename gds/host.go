@@ -147,7 +147,7 @@ func (e *hostEngine) openDirect(path string) (directFile, error) {
 	return openHostFile(path, !e.opts.NoDirectIO)
 }
 
-func (e *hostEngine) readDirect(df directFile, b *Buffer, off, fileOff, n int64) error {
+func (e *hostEngine) readDirect(df directFile, b *Buffer, off, fileOff, n int64) (Path, error) {
 	f := df.(*hostFile)
 	dst := b.host[off : off+n]
 	src := f.f
@@ -156,12 +156,12 @@ func (e *hostEngine) readDirect(df directFile, b *Buffer, off, fileOff, n int64)
 	}
 	m, err := src.ReadAt(dst, fileOff)
 	if m == len(dst) {
-		return nil
+		return PathHost, nil
 	}
 	if err == nil || err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	return err
+	return PathHost, err
 }
 
 func (e *hostEngine) copyIn(b *Buffer, off int64, src []byte, s int) <-chan error {
@@ -173,6 +173,10 @@ func (e *hostEngine) copyIn(b *Buffer, off int64, src []byte, s int) <-chan erro
 func (e *hostEngine) copyInSync(b *Buffer, off int64, src []byte) error {
 	copy(b.host[off:], src)
 	return nil
+}
+
+func (e *hostEngine) cufileStatus() CuFileStatus {
+	return CuFileStatus{StatsErr: "no cuFile on the host backend"}
 }
 
 func (e *hostEngine) copyOut(dst []byte, b *Buffer, off int64) error {

@@ -33,8 +33,15 @@ var (
 // LibOptionsFromEnv returns the library options that the environment
 // asks for: SHOAL_CUDA_LIB and SHOAL_CUFILE_LIB (files),
 // SHOAL_CUDA_LIB_DIRS (a list of directories separated by ':'), and the
-// Python prefixes of $VIRTUAL_ENV, $CONDA_PREFIX and ~/.local. Only
-// commands call it (getenv is os.Getenv there).
+// Python installations whose NVIDIA wheels may hold the libraries, in
+// this order: $VIRTUAL_ENV, $CONDA_PREFIX, $UV_PROJECT_ENVIRONMENT; the
+// python3 first on $PATH (a virtual environment used without being
+// activated; pyenv's shims are skipped); .venv and venv in $PWD (uv's and
+// poetry's project environments); ~/.local; pyenv's versions and their
+// environments ($PYENV_ROOT, default ~/.pyenv); uv's own Pythons
+// ($UV_PYTHON_INSTALL_DIR, default $XDG_DATA_HOME/uv/python or
+// ~/.local/share/uv/python). Only commands call it (getenv is os.Getenv
+// there).
 func LibOptionsFromEnv(getenv func(string) string) LibOptions {
 	o := LibOptions{Cudart: getenv("SHOAL_CUDA_LIB"), Cufile: getenv("SHOAL_CUFILE_LIB")}
 	for _, d := range strings.Split(getenv("SHOAL_CUDA_LIB_DIRS"), ":") {
@@ -42,15 +49,75 @@ func LibOptionsFromEnv(getenv func(string) string) LibOptions {
 			o.Dirs = append(o.Dirs, d)
 		}
 	}
-	for _, k := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		if v := getenv(k); v != "" {
-			o.PythonPrefixes = append(o.PythonPrefixes, v)
+	o.PythonPrefixes = pythonPrefixes(getenv)
+	return o
+}
+
+// pythonPrefixes lists the Python installations named by the environment
+// or found where the usual tools put them, without duplicates.
+func pythonPrefixes(getenv func(string) string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
 		}
 	}
-	if h := getenv("HOME"); h != "" {
-		o.PythonPrefixes = append(o.PythonPrefixes, filepath.Join(h, ".local"))
+	for _, k := range []string{"VIRTUAL_ENV", "CONDA_PREFIX", "UV_PROJECT_ENVIRONMENT"} {
+		add(getenv(k))
 	}
-	return o
+	for _, d := range filepath.SplitList(getenv("PATH")) {
+		if d == "" || filepath.Base(d) == "shims" {
+			continue
+		}
+		if fileExists(filepath.Join(d, "python3")) {
+			add(filepath.Dir(d)) // PREFIX/bin/python3, not resolved: a venv's python is a link
+			break
+		}
+	}
+	if pwd := getenv("PWD"); pwd != "" {
+		for _, v := range []string{".venv", "venv"} {
+			if fileExists(filepath.Join(pwd, v, "pyvenv.cfg")) {
+				add(filepath.Join(pwd, v))
+			}
+		}
+	}
+	home := getenv("HOME")
+	if home != "" {
+		add(filepath.Join(home, ".local"))
+	}
+	pyenv := getenv("PYENV_ROOT")
+	if pyenv == "" && home != "" {
+		pyenv = filepath.Join(home, ".pyenv")
+	}
+	uv := getenv("UV_PYTHON_INSTALL_DIR")
+	if uv == "" {
+		if x := getenv("XDG_DATA_HOME"); x != "" {
+			uv = filepath.Join(x, "uv", "python")
+		} else if home != "" {
+			uv = filepath.Join(home, ".local", "share", "uv", "python")
+		}
+	}
+	for _, pat := range []string{"versions/*", "versions/*/envs/*"} {
+		if pyenv != "" {
+			for _, p := range newestFirst(filepath.Join(pyenv, pat)) {
+				add(p)
+			}
+		}
+	}
+	if uv != "" {
+		for _, p := range newestFirst(filepath.Join(uv, "*")) {
+			add(p)
+		}
+	}
+	return out
+}
+
+func newestFirst(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	sort.Sort(sort.Reverse(sort.StringSlice(m)))
+	return m
 }
 
 // candidates lists the files to try for a library, in order: the explicit

@@ -453,7 +453,8 @@ func (r *Reader) readDirectSpan(ctx context.Context, sp span, dst *Buffer, files
 	if err != nil {
 		return err
 	}
-	if err := r.dev.eng.readDirect(lf.f, dst, sp.dstOff, sp.chunkOff, sp.n); err != nil {
+	p, err := r.dev.eng.readDirect(lf.f, dst, sp.dstOff, sp.chunkOff, sp.n)
+	if err != nil {
 		return err
 	}
 	if !r.opts.TrustLocal {
@@ -482,7 +483,6 @@ func (r *Reader) readDirectSpan(ctx context.Context, sp span, dst *Buffer, files
 			return err
 		}
 	}
-	p := r.dev.info.DirectPath
 	t.add(p, true, sp.n)
 	r.m.bytes.WithLabelValues(p.String(), "local").Add(float64(sp.n))
 	return nil
