@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages Shoal needs, when they are missing: fuse3
 # (fusermount3, for mounting without root) and sqlite3 (the tests run
-# programs on a mount), gcc (the C ABI of the GPU path). Needs root or sudo for apt.
+# programs on a mount), gcc (the C ABIs), python3 with NumPy (the Python package). Needs root or sudo for apt.
 set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
@@ -9,6 +9,12 @@ command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 # gcc: the GPU path's C ABI (cmd/libshoalgds, a c-shared library) and its
 # tests, and the fake CUDA library that checks gds's bindings.
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# python3 and NumPy: the Python package (python/, loaded over cmd/libshoal)
+# and its tests (cmd/libshoal TestPython). Debian's python3-numpy lands in
+# /usr/bin/python3, which the tests use when the python3 on PATH has no numpy.
+if ! python3 -c 'import numpy' >/dev/null 2>&1 && ! /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1; then
+	need+=(python3 python3-numpy)
+fi
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
 fi
