@@ -16,12 +16,15 @@ import (
 
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
 	"github.com/shoalfs/shoal/internal/layout"
+	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/test/cluster"
 )
 
 // TestCABI builds libshoalgds as a C shared library and drives it from a C
 // program and from the Python module (tools/python/shoal_gds.py) on the
-// host backend, against a cluster on loopback.
+// host backend, against a cluster on loopback that runs mutual TLS, as
+// `shoal local` does: the certificate comes from SHOAL_CERT, SHOAL_KEY and
+// SHOAL_CA, as for the shoal command.
 func TestCABI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP (-short): builds a c-shared library and starts a cluster")
@@ -46,8 +49,9 @@ func TestCABI(t *testing.T) {
 	}
 
 	lo := layout.Layout{K: 4, M: 2, Unit: 16 << 10}
-	// Plaintext: the C ABI takes an MDS address and no certificates yet (docs/security.md).
-	c := cluster.Start(t, cluster.Options{Layout: lo, Insecure: true})
+	c := cluster.Start(t, cluster.Options{Layout: lo})
+	tls := c.Creds(pki.RoleAdmin).Files()
+	env := append(os.Environ(), "SHOAL_CERT="+tls.Cert, "SHOAL_KEY="+tls.Key, "SHOAL_CA="+tls.CA, "SHOAL_INSECURE=")
 	cl := c.Client()
 	ctx := context.Background()
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -84,7 +88,9 @@ func TestCABI(t *testing.T) {
 	fh := fnv.New64a()
 	fh.Write(data)
 
-	out, err := exec.Command(prog, c.MDSAddr(), "/plain", strings.Join(ostDirs, ":"), fmt.Sprint(len(data)), fmt.Sprintf("%016x", fh.Sum64())).CombinedOutput()
+	capi := exec.Command(prog, c.MDSAddr(), "/plain", strings.Join(ostDirs, ":"), fmt.Sprint(len(data)), fmt.Sprintf("%016x", fh.Sum64()))
+	capi.Env = env
+	out, err := capi.CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil || !strings.Contains(string(out), "capi: ok") {
 		t.Fatalf("C program: %v", err)
@@ -97,7 +103,7 @@ func TestCABI(t *testing.T) {
 	}
 	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 	cmd := exec.Command(py, "../../tools/python/test_shoal_gds.py", c.MDSAddr(), "/plain", fmt.Sprint(len(data)), sum(data), "/shard.safetensors", sum(st), strings.Join(ostDirs[:3], ":"))
-	cmd.Env = append(os.Environ(), "SHOAL_GDS_LIB="+lib)
+	cmd.Env = append(env, "SHOAL_GDS_LIB="+lib)
 	out, err = cmd.CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil || !strings.Contains(string(out), "python: ok") {

@@ -12,12 +12,24 @@
 //
 //	int64_t shoal_gds_open(const char *mds, const char *backend,
 //	        const char *ost_dirs, int device, char *err, int64_t errlen);
-//	    Connects to the cluster at mds and opens device memory: backend is
-//	    "cuda" (device pointers; libcudart and libcufile found as
-//	    gds.LibOptionsFromEnv says: SHOAL_CUDA_LIB, SHOAL_CUFILE_LIB,
-//	    SHOAL_CUDA_LIB_DIRS, Python's nvidia/*/lib) or "host" (host
-//	    pointers, no GPU). ost_dirs is a ':'-separated list of OST
-//	    directories on this node (may be empty). Returns a handle > 0.
+//	    Connects to the cluster at mds ($SHOAL_MDS when empty) and opens
+//	    device memory: backend is "cuda" (device pointers; libcudart and
+//	    libcufile found as gds.LibOptionsFromEnv says: SHOAL_CUDA_LIB,
+//	    SHOAL_CUFILE_LIB, SHOAL_CUDA_LIB_DIRS, Python's nvidia/*/lib) or
+//	    "host" (host pointers, no GPU). ost_dirs is a ':'-separated list
+//	    of OST directories on this node (may be empty). It connects with
+//	    mutual TLS, as the shoal command: the certificate in SHOAL_CERT,
+//	    SHOAL_KEY and SHOAL_CA (. DIR/tls/env of a shoal local), or in
+//	    plaintext with SHOAL_INSECURE=1; neither is an error. Returns a
+//	    handle > 0.
+//	int64_t shoal_gds_open2(const char *mds, const char *backend,
+//	        const char *ost_dirs, int device, const char *options,
+//	        char *err, int64_t errlen);
+//	    shoal_gds_open with options, a JSON object (may be NULL): "cert",
+//	    "key", "ca" (files, like --cert, --key, --ca), "insecure" (like
+//	    --insecure), "env" (an object of variables that override the
+//	    environment the library saw when it was loaded), "python_prefixes"
+//	    and "lib_dirs" (searched first for the CUDA libraries).
 //	int shoal_gds_close(int64_t h, char *err, int64_t errlen);
 //	int64_t shoal_gds_read(int64_t h, const char *path, int64_t off,
 //	        int64_t n, void *dst, int64_t dst_len, char *report,
@@ -39,8 +51,10 @@
 //	    Returns the JSON's length; when that is >= buflen, nothing useful
 //	    was written: call again with a larger buffer.
 //	int64_t shoal_gds_info(int64_t h, char *buf, int64_t buflen, char *err, int64_t errlen);
-//	    The device as JSON: kind, name, direct_path, cufile_mode,
-//	    libraries, streams.
+//	    The device as JSON: kind, name, direct_path, cufile_mode (when it
+//	    opened), cufile_mode_now (once reads confirmed it), cufile_stats
+//	    {Reads, P2P, NVFS, POSIX, Bytes} and cufile_stats_error,
+//	    libraries, streams, glibc.
 package main
 
 /*
@@ -54,7 +68,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -107,11 +120,31 @@ func fail(err *C.char, errlen C.int64_t, e error) C.int64_t {
 
 //export shoal_gds_open
 func shoal_gds_open(mds, backend, ostDirs *C.char, device C.int, err *C.char, errlen C.int64_t) C.int64_t {
+	return shoal_gds_open2(mds, backend, ostDirs, device, nil, err, errlen)
+}
+
+//export shoal_gds_open2
+func shoal_gds_open2(mds, backend, ostDirs *C.char, device C.int, options *C.char, err *C.char, errlen C.int64_t) C.int64_t {
 	ctx := context.Background()
+	opts, e := parseOptions(C.GoString(options))
+	if e != nil {
+		return fail(err, errlen, e)
+	}
+	addr := C.GoString(mds)
+	if addr == "" {
+		addr = opts.getenv("SHOAL_MDS")
+	}
+	if addr == "" {
+		return fail(err, errlen, fmt.Errorf("no MDS address: pass one or set SHOAL_MDS"))
+	}
+	creds, e := opts.creds()
+	if e != nil {
+		return fail(err, errlen, e)
+	}
 	var dev *gds.Device
 	switch b := C.GoString(backend); b {
 	case "cuda":
-		d, e := gds.OpenCUDA(gds.CUDAOptions{Libs: gds.LibOptionsFromEnv(os.Getenv), Device: int(device)})
+		d, e := gds.OpenCUDA(gds.CUDAOptions{Libs: opts.libs(), Device: int(device)})
 		if e != nil {
 			return fail(err, errlen, e)
 		}
@@ -130,7 +163,7 @@ func shoal_gds_open(mds, backend, ostDirs *C.char, device C.int, err *C.char, er
 		}
 		local = m
 	}
-	cl, e := client.New(ctx, client.Options{MDS: C.GoString(mds), Name: "libshoalgds"})
+	cl, e := client.New(ctx, client.Options{MDS: addr, Name: "libshoalgds", Creds: creds})
 	if e != nil {
 		dev.Close()
 		return fail(err, errlen, e)
@@ -330,8 +363,10 @@ func shoal_gds_info(h C.int64_t, buf *C.char, buflen C.int64_t, err *C.char, err
 		return fail(err, errlen, e)
 	}
 	i := hd.dev.Info()
+	st := hd.dev.CuFileStatus()
 	js, _ := json.Marshal(map[string]any{"kind": i.Kind.String(), "name": i.Name, "direct_path": i.DirectPath.String(),
-		"cufile_mode": i.CuFileMode, "libraries": i.Libraries, "streams": i.Streams})
+		"cufile_mode": i.CuFileMode, "cufile_mode_now": st.Mode, "cufile_stats": st.Stats, "cufile_stats_error": st.StatsErr,
+		"libraries": i.Libraries, "streams": i.Streams, "glibc": gds.GlibcVersion()})
 	if int64(len(js)) < int64(buflen) {
 		setStr(buf, buflen, string(js))
 	}

@@ -15,11 +15,21 @@ torch only when called.
 backend "cuda" takes device pointers (tensor.data_ptr() of CUDA tensors);
 "host" takes host memory and needs no GPU. The library is found from
 ``lib``, ``$SHOAL_GDS_LIB``, or bin/libshoalgds.so of this repository.
+
+The cluster is reached as by the shoal command: with mutual TLS, the
+certificate in $SHOAL_CERT, $SHOAL_KEY and $SHOAL_CA (``. DIR/tls/env`` of
+a ``shoal local``), or cert=, key=, ca=; in plaintext with
+$SHOAL_INSECURE=1 or insecure=True. mds defaults to $SHOAL_MDS. The CUDA
+libraries are looked for first in this Python's own installation
+(sys.prefix and the lib directories of its nvidia wheels), then as
+$SHOAL_CUDA_LIB, $SHOAL_CUFILE_LIB and $SHOAL_CUDA_LIB_DIRS say.
 """
 
 import ctypes
+import glob
 import json
 import os
+import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ERRLEN = 4096
@@ -34,8 +44,40 @@ _TORCH_DTYPES = {
 }
 
 
+# The variables the library reads, passed with each open as os.environ
+# has them now (absent: ""): a Go library reads the environment once,
+# when it is loaded.
+_ENV_KEYS = (
+    "SHOAL_MDS", "SHOAL_CERT", "SHOAL_KEY", "SHOAL_CA", "SHOAL_INSECURE",
+    "SHOAL_CUDA_LIB", "SHOAL_CUFILE_LIB", "SHOAL_CUDA_LIB_DIRS",
+    "HOME", "PATH", "PWD", "VIRTUAL_ENV", "CONDA_PREFIX", "UV_PROJECT_ENVIRONMENT",
+    "UV_PYTHON_INSTALL_DIR", "PYENV_ROOT", "XDG_DATA_HOME",
+)
+
+
 class ShoalError(RuntimeError):
     """An error from libshoalgds."""
+
+
+def _python_prefixes():
+    out = []
+    for p in (sys.prefix, sys.exec_prefix, getattr(sys, "base_prefix", None)):
+        if p and p not in out:
+            out.append(p)
+    return out
+
+
+def _nvidia_lib_dirs():
+    """The lib directories of this Python's NVIDIA wheels (nvidia/cu13/lib,
+    nvidia/cufile/lib...), wherever site-packages is."""
+    try:
+        import nvidia  # a namespace package: cheap, imports no library
+    except ImportError:
+        return []
+    out = []
+    for root in getattr(nvidia, "__path__", []):
+        out.extend(sorted(d for d in glob.glob(os.path.join(root, "*", "lib")) if os.path.isdir(d)))
+    return out
 
 
 def _find_lib(lib):
@@ -53,6 +95,8 @@ def _load(path):
     i64, cp, vp = ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p
     L.shoal_gds_open.argtypes = [cp, cp, cp, ctypes.c_int, cp, i64]
     L.shoal_gds_open.restype = i64
+    L.shoal_gds_open2.argtypes = [cp, cp, cp, ctypes.c_int, cp, cp, i64]
+    L.shoal_gds_open2.restype = i64
     L.shoal_gds_close.argtypes = [i64, cp, i64]
     L.shoal_gds_close.restype = ctypes.c_int
     L.shoal_gds_read.argtypes = [i64, cp, i64, i64, vp, i64, cp, i64, cp, i64]
@@ -71,11 +115,24 @@ def _load(path):
 class Shoal:
     """A connection to a Shoal cluster that reads into device memory."""
 
-    def __init__(self, mds, backend="cuda", ost_dirs=(), device=0, lib=None):
+    def __init__(self, mds=None, backend="cuda", ost_dirs=(), device=0, lib=None,
+                 cert=None, key=None, ca=None, insecure=None):
+        self._h = 0
         self._lib = _load(_find_lib(lib))
+        opts = {
+            "env": {k: os.environ.get(k, "") for k in _ENV_KEYS},
+            "python_prefixes": _python_prefixes(),
+            "lib_dirs": _nvidia_lib_dirs(),
+        }
+        for name, v in (("cert", cert), ("key", key), ("ca", ca)):
+            if v is not None:
+                opts[name] = os.fspath(v)
+        if insecure is not None:
+            opts["insecure"] = bool(insecure)
         err = ctypes.create_string_buffer(_ERRLEN)
-        h = self._lib.shoal_gds_open(mds.encode(), backend.encode(),
-                                     ":".join(ost_dirs).encode(), device, err, _ERRLEN)
+        h = self._lib.shoal_gds_open2((mds or "").encode(), backend.encode(),
+                                      ":".join(ost_dirs).encode(), device,
+                                      json.dumps(opts).encode(), err, _ERRLEN)
         if h < 0:
             raise ShoalError(err.value.decode(errors="replace"))
         self._h = h
@@ -108,7 +165,8 @@ class Shoal:
             size = n + 1
 
     def info(self):
-        """The device: kind, name, direct_path, cufile_mode, libraries."""
+        """The device: kind, name, direct_path, cufile_mode (at open),
+        cufile_mode_now, cufile_stats, libraries, glibc."""
         return self._json(self._lib.shoal_gds_info)
 
     def header(self, path):

@@ -1,5 +1,7 @@
 """Checks shoal_gds.py against a running cluster on the host backend
 (no GPU, no torch): python3 test_shoal_gds.py MDS PATH SIZE SHA256 ST_PATH ST_SHA256 [OST_DIRS]
+The cluster runs mutual TLS; SHOAL_CERT, SHOAL_KEY and SHOAL_CA name the
+client's certificate.
 
 PATH is a plain file of SIZE bytes whose SHA-256 is SHA256; ST_PATH a
 safetensors shard whose data region hashes to ST_SHA256. Prints
@@ -23,6 +25,23 @@ def main():
         raise SystemExit("python: a bad backend was accepted")
     except shoal_gds.ShoalError as e:
         assert "backend" in str(e), e
+    # The certificate: from the environment as the library saw it at
+    # load, overridden by os.environ now, or given explicitly.
+    files = {k: os.environ.pop(k) for k in ("SHOAL_CERT", "SHOAL_KEY", "SHOAL_CA")}
+    try:
+        shoal_gds.Shoal(mds, backend="host")
+        raise SystemExit("python: opened without a certificate")
+    except shoal_gds.ShoalError as e:
+        assert "no certificate" in str(e), e
+    try:
+        shoal_gds.Shoal(mds, backend="host", cert=files["SHOAL_CERT"], insecure=True)
+        raise SystemExit("python: insecure with a certificate accepted")
+    except shoal_gds.ShoalError as e:
+        assert "choose one" in str(e), e
+    with shoal_gds.Shoal(mds, backend="host", cert=files["SHOAL_CERT"],
+                         key=files["SHOAL_KEY"], ca=files["SHOAL_CA"]) as s:
+        s.header(st_path)
+    os.environ.update(files)
     with shoal_gds.Shoal(mds, backend="host", ost_dirs=ost_dirs) as s:
         assert s.info()["kind"] == "host", s.info()
         buf = (ctypes.c_ubyte * size)()

@@ -1,4 +1,5 @@
-/* Drives libshoalgds's C ABI on the host backend:
+/* Drives libshoalgds's C ABI on the host backend, against a cluster that
+ * runs mutual TLS (SHOAL_CERT, SHOAL_KEY, SHOAL_CA set by the caller):
  *   capi_test MDS PATH OST_DIRS SIZE FNV64HEX
  * reads PATH (SIZE bytes) into page-aligned memory, checks its FNV-1a
  * hash, and checks the error paths. Prints "capi: ok" on success. */
@@ -23,6 +24,12 @@ int main(int argc, char **argv) {
 	uint64_t want = strtoull(argv[5], NULL, 16);
 
 	CHECK(shoal_gds_open(argv[1], "tpu", "", 0, err, sizeof err) < 0 && strstr(err, "backend"), "bad backend accepted: %s", err);
+	/* The cluster runs mutual TLS: the certificate comes from SHOAL_CERT,
+	 * SHOAL_KEY and SHOAL_CA; without one, open says so. */
+	CHECK(shoal_gds_open2(argv[1], "host", "", 0, "{\"env\":{\"SHOAL_CERT\":\"\",\"SHOAL_KEY\":\"\",\"SHOAL_CA\":\"\"}}", err, sizeof err) < 0 &&
+	      strstr(err, "no certificate"), "open without a certificate: %s", err);
+	CHECK(shoal_gds_open2(argv[1], "host", "", 0, "{\"insecure\":true,\"cert\":\"x\"}", err, sizeof err) < 0 &&
+	      strstr(err, "choose one"), "insecure and a certificate accepted: %s", err);
 	int64_t h = shoal_gds_open(argv[1], "host", argv[3], 0, err, sizeof err);
 	CHECK(h > 0, "open: %s", err);
 	CHECK(shoal_gds_info(h, info, sizeof info, err, sizeof err) > 0 && strstr(info, "\"kind\":\"host\""), "info: %s %s", info, err);
