@@ -43,6 +43,9 @@ type chunkEntry struct {
 // listShard returns the sealed chunks (data files) of shard i, in
 // listLess order.
 func (st *store) listShard(i int) ([]chunkEntry, error) {
+	if err := st.clog.flushAll(); err != nil {
+		return nil, err
+	}
 	shard := filepath.Join(st.dir, chunksDir, shardName(uint64(i)))
 	ents, err := st.readDir(shard)
 	if err != nil {

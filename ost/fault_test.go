@@ -122,7 +122,8 @@ func checkChunkAfterFault(t *testing.T, st *store, c chunkID, data []byte, reord
 }
 
 // TestWriteENOSPC fails each file-system step of a chunk write in turn
-// with ENOSPC: the client gets errs.ErrNoSpace over both transports, the
+// with ENOSPC (a chunk too big for the chunk log, whose faults
+// chunklog_test.go injects): the client gets errs.ErrNoSpace over both transports, the
 // chunk is either absent or whole (never a sidecar or temp file left
 // visible, never a torn chunk), and the OST keeps serving: the same write
 // succeeds once the disk has room.
@@ -131,7 +132,7 @@ func TestWriteENOSPC(t *testing.T) {
 	to := startOST(t, t.TempDir(), Options{BlockSize: testBlock, FS: errorfs.Wrap(vfs.Default, fault)})
 	dc, addr := dataClient(t, to)
 	ctx := t.Context()
-	data := randBytes(4*testBlock+100, 11)
+	data := randBytes(smallChunk+4*testBlock+100, 11)
 	steps := 0
 	for n := int64(0); ; n++ {
 		for _, grpcPath := range []bool{false, true} {
@@ -199,8 +200,8 @@ func TestReadEIO(t *testing.T) {
 		path  string
 		block int
 	}{
-		{"data", st.dataPath(chunkID{5, 0}), 1},
-		{"sidecar", st.sidecarPath(chunkID{5, 0}), SidecarBlock},
+		{"data", to.srv.ChunkPath(5, 0), 1}, // the chunk's files, out of the chunk log
+		{"sidecar", to.srv.ChunkPath(5, 0) + crcSuffix, SidecarBlock},
 	} {
 		failPath.Store(&tc.path)
 		if _, err := to.read(5, 0, testBlock, testBlock); !errors.Is(err, errs.ErrCorrupt) {
@@ -245,7 +246,15 @@ func openMemStore(t *testing.T, fs vfs.FS) (*store, scanReport) {
 // the sidecar's, which ext4 and XFS never do: that chunk, never
 // acknowledged, must then read as corrupt (so the client reconstructs
 // it) and be reported at Open, never read back wrong bytes.
+//
+// It runs for a chunk written as files and for one written through the
+// chunk log, whose acknowledged chunk comes back at replay.
 func TestCrashMidWrite(t *testing.T) {
+	t.Run("files", func(t *testing.T) { testCrashMidWrite(t, smallChunk+5*testBlock, 8) })
+	t.Run("log", func(t *testing.T) { testCrashMidWrite(t, 5*testBlock, 2) })
+}
+
+func testCrashMidWrite(t *testing.T, size, minPoints int) {
 	mem := vfs.NewCrashableMem()
 	if err := mem.MkdirAll("/ost", 0o755); err != nil {
 		t.Fatal(err)
@@ -279,18 +288,20 @@ func TestCrashMidWrite(t *testing.T) {
 	st, _ := openMemStore(t, errorfs.Wrap(mem, inj))
 	old := chunkID{extent: 0x1ab, index: 0}
 	oldData := randBytes(3*testBlock+7, 13)
-	if _, err := st.write(old, oldData); err != nil {
+	// vfs.File.Write may change the bytes it is given (MemFS does under
+	// -race): the store gets copies.
+	if _, err := st.write(old, bytes.Clone(oldData)); err != nil {
 		t.Fatal(err)
 	}
 	c := chunkID{extent: 0x2ab, index: 1} // the same chunks/ab directory
-	data := randBytes(5*testBlock, 14)
+	data := randBytes(size, 14)
 	recording.Store(true)
-	if _, err := st.write(c, data); err != nil {
+	if _, err := st.write(c, bytes.Clone(data)); err != nil {
 		t.Fatal(err)
 	}
 	recording.Store(false)
 	crash() // after the acknowledgement
-	if len(clones) < 8 {
+	if len(clones) < minPoints {
 		t.Fatalf("only %d crash points", len(clones))
 	}
 	for i, fs := range clones {
@@ -341,11 +352,13 @@ func (f tornFile) Write(p []byte) (int, error) {
 
 // TestTornWrite stores a chunk whose data write was torn: reads of the
 // torn blocks fail as corrupt naming the first bad block, reads of the
-// good block still succeed, and the scrubber finds the chunk.
+// good block still succeed, and the scrubber finds the chunk. (A chunk
+// too big for the chunk log: the records of the log carry CRCs that
+// replay checks.)
 func TestTornWrite(t *testing.T) {
 	tfs := &tornFS{FS: vfs.Default}
 	to := startOST(t, t.TempDir(), Options{BlockSize: testBlock, FS: tfs})
-	data := randBytes(4*testBlock, 15)
+	data := randBytes(smallChunk+4*testBlock, 15)
 	tfs.on.Store(true)
 	to.write(t, 9, 0, data)
 	tfs.on.Store(false)

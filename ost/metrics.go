@@ -13,6 +13,8 @@ type metrics struct {
 	writeBytes    prometheus.Counter
 	corruptBlocks prometheus.Counter
 	capRefused    prometheus.Counter
+	logWrites     prometheus.Counter // chunks written through the chunk log
+	logRetires    prometheus.Counter // log files retired
 	// Scrub (scrub.go), by pass: "background" or "admin".
 	scrubBytes   *prometheus.CounterVec
 	scrubChunks  *prometheus.CounterVec
@@ -40,6 +42,14 @@ func newMetrics() *metrics {
 			Name: "shoal_ost_capability_refused_total",
 			Help: "Chunk calls refused for a missing, forged, expired or mismatched capability (docs/security.md).",
 		}),
+		logWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_log_writes_total",
+			Help: "Small chunks written through the chunk log (durable at one shared fdatasync, written as files after).",
+		}),
+		logRetires: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_log_retires_total",
+			Help: "Chunk log files retired: their chunks made durable as files, the file emptied.",
+		}),
 		scrubBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_ost_scrub_read_bytes_total",
 			Help: "Chunk bytes the scrubber read and verified, by pass (background, admin).",
@@ -61,7 +71,7 @@ func (m *metrics) register(reg prometheus.Registerer, st *store) error {
 		return nil
 	}
 	cs := []prometheus.Collector{
-		m.readBytes, m.writeBytes, m.corruptBlocks, m.capRefused,
+		m.readBytes, m.writeBytes, m.corruptBlocks, m.capRefused, m.logWrites, m.logRetires,
 		m.scrubBytes, m.scrubChunks, m.scrubCorrupt,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shoal_ost_chunks",

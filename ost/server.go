@@ -201,6 +201,9 @@ func Open(ctx context.Context, o Options) (*Server, error) {
 		opened = append(opened, "new", true)
 	}
 	s.log.Info("ost opened", opened...)
+	if rep.replayed > 0 {
+		s.log.Info("chunk log replayed: chunks written as files again", "count", rep.replayed)
+	}
 	if rep.orphanSidecars > 0 {
 		s.log.Info("removed checksum sidecars of interrupted writes", "count", rep.orphanSidecars)
 	}
@@ -272,10 +275,21 @@ func (s *Server) ID() uint32 { return s.id.Load() }
 // UUID is this OST's uuid, created once with its directory.
 func (s *Server) UUID() string { return s.uuid }
 
-// ChunkPath is the path of a chunk's data file (which may not exist).
+// ChunkPath is the path of a chunk's data file (which may not exist). A
+// chunk still in the chunk log is written out first, so that its file
+// exists when ChunkPath returns.
 func (s *Server) ChunkPath(extent uint64, index uint32) string {
-	return s.st.dataPath(chunkID{extent: extent, index: index})
+	c := chunkID{extent: extent, index: index}
+	if err := s.st.clog.flushChunk(c); err != nil {
+		s.log.Warn("chunk log: writing a chunk as files failed", "chunk", c.String(), "err", err)
+	}
+	return s.st.dataPath(c)
 }
+
+// FlushChunkLog writes every chunk still held by the chunk log as files
+// now (the flusher does so on its own within moments), so that a walk of
+// chunks/ finds them all.
+func (s *Server) FlushChunkLog() error { return s.st.clog.flushAll() }
 
 // Close stops the data path (requests in flight get a moment to finish),
 // stops the MDS loop and waits for it, and releases the directory. Calls
@@ -299,7 +313,7 @@ func (s *Server) Close() error {
 	if s.m.reg != nil {
 		err = s.m.unregister()
 	}
-	return errors.Join(derr, err, s.lock.Close())
+	return errors.Join(derr, err, s.st.clog.close(), s.lock.Close())
 }
 
 // space is the capacity and free space of the OST's file system, within

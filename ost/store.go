@@ -90,6 +90,8 @@ type store struct {
 
 	limit    int64        // most bytes in data files; 0: no limit
 	reserved atomic.Int64 // bytes of chunk writes in progress, counted against limit
+
+	clog *chunkLog // the small-write path (chunklog.go); nil: none
 }
 
 // openStore prepares dir's chunks/ and tmp/ directories, empties tmp/,
@@ -128,15 +130,23 @@ func openStore(ctx context.Context, o storeOptions) (*store, scanReport, error) 
 			return nil, scanReport{}, err
 		}
 	}
-	rep, err := st.scan(ctx)
+	clog, replayed, err := openChunkLog(st)
 	if err != nil {
 		return nil, scanReport{}, err
 	}
+	rep, err := st.scan(ctx)
+	if err != nil {
+		clog.close()
+		return nil, scanReport{}, err
+	}
+	st.clog = clog
+	rep.replayed = replayed
 	return st, rep, nil
 }
 
 // scanReport is what scan found out of the ordinary, for the log.
 type scanReport struct {
+	replayed       int      // chunks of the chunk log written as files again
 	orphanSidecars int      // sidecars without data (interrupted write or delete), removed
 	missingSidecar []string // data files without a sidecar: reads report them corrupt
 	strays         []string // files under chunks/ that are not chunk files, left alone
@@ -247,17 +257,25 @@ func (st *store) refuseDirect(err error) {
 	})
 }
 
-// write stores data as chunk c and makes it durable: data and sidecar go to
-// temp files, are fsynced, renamed into place (sidecar first; the data
-// file's presence seals the chunk), and the directory is fsynced. An
-// existing chunk with the same bytes is success (the directory is fsynced
-// again, so a retry after a failed fsync is durable too); different bytes
-// are errs.ErrExists. It reports whether it created the chunk.
+// write stores data as chunk c and makes it durable. A chunk of at most
+// smallChunk bytes is appended to the chunk log (chunklog.go) and is
+// durable once the log's group fdatasync covers it; its files are written
+// right after, in the background. A larger one (or any, when the log
+// cannot take it) goes to files directly (writeFiles). An existing chunk
+// with the same bytes is success (its durability is made sure again);
+// different bytes are errs.ErrExists. It reports whether it created the
+// chunk.
 func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 	mu := st.stripe(c)
 	mu.Lock()
 	defer mu.Unlock()
 
+	if logged, ok := st.clog.get(c); ok {
+		if !bytes.Equal(logged, data) {
+			return false, fmt.Errorf("ost: write chunk %s: stored with different bytes: %w", c, errs.ErrExists)
+		}
+		return false, nil
+	}
 	path := st.dataPath(c)
 	fi, err := st.lstat(path)
 	switch {
@@ -267,19 +285,43 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 		return false, diskErr("write", c, err)
 	}
 
-	tab, err := checksum.Compute(data, st.blockSize)
-	if err != nil {
-		return false, fmt.Errorf("ost: write chunk %s: %w", c, err)
-	}
 	if err := st.reserve(int64(len(data))); err != nil {
 		return false, diskErr("write", c, err)
 	}
 	defer st.reserved.Add(-int64(len(data)))
-	crcTmp, err := st.writeChunkTemp(tab.Encode(), false)
+	if !st.clog.append(c, data) {
+		placed, err := st.writeFiles(c, data, true)
+		if !placed {
+			return false, err
+		}
+		st.used.Add(int64(len(data)))
+		st.chunks.Add(1)
+		return true, err
+	}
+	st.used.Add(int64(len(data)))
+	st.chunks.Add(1)
+	return true, nil
+}
+
+// writeFiles writes chunk c's sidecar and data to temp files and renames
+// them into place, sidecar first (the data file's presence seals the
+// chunk). With sync, each temp file is fdatasynced before its rename and
+// the directory after, so the chunk is durable when it returns; without,
+// the chunk log holds its bytes until chunkLog.retire makes the files
+// durable. The caller holds c's stripe lock and has checked that c has no
+// data file. It reports whether the files are in place (an error after
+// that is the directory's fsync).
+func (st *store) writeFiles(c chunkID, data []byte, sync bool) (placed bool, err error) {
+	tab, err := checksum.Compute(data, st.blockSize)
+	if err != nil {
+		return false, fmt.Errorf("ost: write chunk %s: %w", c, err)
+	}
+	path := st.dataPath(c)
+	crcTmp, err := st.writeChunkTemp(tab.Encode(), false, sync)
 	if err != nil {
 		return false, diskErr("write sidecar of", c, err)
 	}
-	dataTmp, err := st.writeChunkTemp(data, true)
+	dataTmp, err := st.writeChunkTemp(data, sync, sync)
 	if err != nil {
 		st.fs.Remove(crcTmp)
 		return false, diskErr("write", c, err)
@@ -294,8 +336,9 @@ func (st *store) write(c chunkID, data []byte) (created bool, err error) {
 		st.fs.Remove(st.sidecarPath(c))
 		return false, diskErr("write", c, err)
 	}
-	st.used.Add(int64(len(data)))
-	st.chunks.Add(1)
+	if !sync {
+		return true, nil
+	}
 	if err := st.fsyncDir(filepath.Dir(path)); err != nil {
 		return true, diskErr("sync directory of", c, err)
 	}
@@ -317,12 +360,12 @@ func (st *store) reserve(n int64) error {
 	}
 }
 
-// writeChunkTemp writes b to a new file in tmp/, syncs it (fdatasync) and
-// closes it, and returns its path. With direct, b goes to the disk with
+// writeChunkTemp writes b to a new file in tmp/, syncs it (fdatasync)
+// when sync is set, closes it, and returns its path. With direct, b goes to the disk with
 // O_DIRECT, skipping the page cache, when the store may use it and b's
 // address and length are aligned; otherwise, or when the write is refused
 // (EINVAL), through the page cache.
-func (st *store) writeChunkTemp(b []byte, direct bool) (string, error) {
+func (st *store) writeChunkTemp(b []byte, direct, sync bool) (string, error) {
 	direct = direct && st.directWrites.Load() && len(b)%directAlign == 0 && datanet.IsAligned(b)
 	for {
 		path := filepath.Join(st.dir, tmpDir, "w-"+strconv.FormatUint(st.tmpSeq.Add(1), 10))
@@ -346,7 +389,7 @@ func (st *store) writeChunkTemp(b []byte, direct bool) (string, error) {
 			direct = false
 			continue
 		}
-		if err == nil {
+		if err == nil && sync {
 			err = f.SyncData()
 		}
 		if cerr := f.Close(); err == nil {
@@ -447,6 +490,14 @@ func rangeErr(c chunkID, off, n, size uint64) error {
 // checksum blocks are all aligned; through the page cache otherwise.
 func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 	n := uint64(len(dst))
+	if b, ok := st.clog.get(c); ok {
+		if off > uint64(len(b)) || n > uint64(len(b))-off {
+			return rangeErr(c, off, n, uint64(len(b)))
+		}
+		copy(dst, b[off:])
+		st.m.readBytes.Add(float64(n))
+		return nil
+	}
 	direct := st.directReads.Load() && n > 0 && off%directAlign == 0 && n%directAlign == 0 && datanet.IsAligned(dst)
 	path := st.dataPath(c)
 	f, direct, err := st.openData(path, direct)
@@ -632,6 +683,9 @@ func (st *store) verify(c chunkID, tab checksum.Table, i int, p []byte) error {
 
 // stat returns the length of chunk c.
 func (st *store) stat(c chunkID) (uint64, error) {
+	if b, ok := st.clog.get(c); ok {
+		return uint64(len(b)), nil
+	}
 	fi, err := st.lstat(st.dataPath(c))
 	if err != nil {
 		return 0, diskErr("stat", c, err)
@@ -639,14 +693,20 @@ func (st *store) stat(c chunkID) (uint64, error) {
 	return uint64(fi.Size()), nil
 }
 
-// remove deletes chunk c, data first, then its sidecar, and reports whether
-// the chunk existed. A missing chunk is not an error. The directory is not
+// remove deletes chunk c, data first, then its sidecar (or, for a chunk
+// still in the chunk log, its entry there), and reports whether the chunk
+// existed. A missing chunk is not an error. The directory is not
 // fsynced: a delete lost in a crash leaves an orphan that GC deletes again.
 func (st *store) remove(c chunkID) (bool, error) {
 	mu := st.stripe(c)
 	mu.Lock()
 	defer mu.Unlock()
 
+	if b, ok := st.clog.drop(c); ok {
+		st.used.Add(-int64(len(b)))
+		st.chunks.Add(-1)
+		return true, nil
+	}
 	path := st.dataPath(c)
 	fi, err := st.lstat(path)
 	existed := err == nil

@@ -159,6 +159,9 @@ func chunkBytes(t *testing.T, cl *cluster.Cluster, osts int) int64 {
 	t.Helper()
 	var n int64
 	for i := range osts {
+		if err := cl.OST(i).Server.FlushChunkLog(); err != nil {
+			t.Fatal(err)
+		}
 		root := filepath.Join(cl.OST(i).Dir, "chunks")
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || strings.HasSuffix(p, ".crc") {
