@@ -233,6 +233,7 @@ type Client struct {
 	rep       reporter    // corrupt chunks to report to the MDS (report.go)
 	sess      session     // session.go
 	leases    dirLeases   // dirlease.go
+	early     earlyCount  // early namespace replies, for SyncNamespace (namespace.go)
 	closed    atomic.Bool // set by Close and Abandon
 	closeOnce sync.Once
 	closeErr  error
@@ -246,7 +247,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	addr := o.MDS
 	c := &Client{}
 	conn, err := wire.DialGroup(addr, wire.WithCreds(o.Creds), wire.WithUnaryInterceptor(c.mdsCapInterceptor),
-		wire.WithUnaryInterceptor(c.mdsWaitInterceptor)) // one address, or a replicated group
+		wire.WithUnaryInterceptor(c.mdsWaitInterceptor), wire.WithUnaryInterceptor(c.earlyInterceptor)) // one address, or a replicated group
 
 	if err != nil {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)

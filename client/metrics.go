@@ -22,6 +22,9 @@ type metrics struct {
 	// leaseLookups counts lookups answered ENOENT from a directory
 	// lease (dirlease.go).
 	leaseLookups prometheus.Counter
+	// syncsSkipped counts SyncNamespace calls answered without the MDS
+	// (namespace.go).
+	syncsSkipped prometheus.Counter
 }
 
 func (m *metrics) compressed(logical, stored int) {
@@ -51,9 +54,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_dir_attr_hits_total", Help: "Directory attribute requests answered from the answers to this client's own namespace changes, without the MDS."}),
 		leaseLookups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_lease_lookups_total", Help: "Lookups of absent names answered from a directory lease, without the MDS."}),
+		syncsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_namespace_syncs_skipped_total", Help: "Namespace syncs (fsync's barrier) answered without the MDS: no change answered early since the last one."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped)
 	}
 	return m
 }

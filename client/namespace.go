@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -113,12 +117,48 @@ func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o Crea
 
 // SyncNamespace returns once every namespace change acknowledged so far
 // is durable in the MDS. Without EarlyNamespaceReplies they all are, and
-// it does nothing.
+// it does nothing; nor does it call the MDS when every change this
+// client was answered early has been covered by an earlier Sync.
 func (c *Client) SyncNamespace(ctx context.Context) error {
 	if !c.opts.EarlyNamespaceReplies {
 		return nil
 	}
-	_, err := c.mds.Sync(ctx, &mdspb.Empty{})
+	answered := c.early.answered.Load()
+	if answered == c.early.synced.Load() {
+		c.metrics.syncsSkipped.Inc()
+		return nil
+	}
+	if _, err := c.mds.Sync(ctx, &mdspb.Empty{}); err != nil {
+		return err
+	}
+	// Every early change answered before the Sync was sent is durable.
+	for {
+		s := c.early.synced.Load()
+		if s >= answered || c.early.synced.CompareAndSwap(s, answered) {
+			return nil
+		}
+	}
+}
+
+// earlyCount counts the MDS calls this client sent asking for an early
+// reply (mdspb.CommitEarly), once each has returned, and how many of
+// them a Sync has covered.
+type earlyCount struct {
+	answered atomic.Uint64
+	synced   atomic.Uint64
+}
+
+// earlyInterceptor counts the calls that asked for an early reply, when
+// they return: answered or failed, for a failed call may have been
+// applied. SyncNamespace skips the MDS when a Sync sent after the last
+// of them has returned.
+func (c *Client) earlyInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if md, ok := metadata.FromOutgoingContext(ctx); ok {
+		if v := md.Get(mdspb.CommitHeader); len(v) == 1 && v[0] == mdspb.CommitEarly {
+			c.early.answered.Add(1)
+		}
+	}
 	return err
 }
 
