@@ -55,7 +55,9 @@ func OpenCUDA(o CUDAOptions) (*Device, error) {
 		e.wg.Wait()
 		return nil, err
 	}
-	if !o.NoCuFile {
+	if o.NoCuFile {
+		e.cfMode = "unavailable: turned off (CUDAOptions.NoCuFile)"
+	} else {
 		e.openCuFile()
 	}
 	if e.cf != nil && o.IOThreads > 0 {

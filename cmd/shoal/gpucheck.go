@@ -31,7 +31,10 @@ func newGPUCheckCmd(g *globals) *cobra.Command {
 into GPU memory through cuFile (local chunks), through pinned buffers and
 async copies (remote chunks), checks every byte on the device, and prints
 GB/s for each beside plain cuFileRead and pread+cudaMemcpy of a local file.
---probe only opens the GPU and says what it found. The CUDA libraries are
+--probe only opens the GPU and says what it found: the library files
+loaded, the cuFile mode (confirmed by a test read of a file in --dir and
+cuFile's statistics), the glibc version and whether /run/udev is
+readable. The CUDA libraries are
 found as SHOAL_CUDA_LIB, SHOAL_CUFILE_LIB, SHOAL_CUDA_LIB_DIRS and the
 Python environment (nvidia/*/lib) say. It reaches the cluster with the TLS
 flags of the other client commands (--cert, --key, --ca, or $SHOAL_CERT,
@@ -72,14 +75,18 @@ func runGPUCheck(f *gpuCheckFlags) error {
 	o := gpucheck.Options{MDS: f.mds, OSTDirs: dirs, Backend: f.backend, Size: size, Dir: f.dir, DropCaches: f.dropCaches, Out: os.Stdout,
 		CUDA: gds.CUDAOptions{Libs: gds.LibOptionsFromEnv(os.Getenv), Device: f.device, Streams: f.streams}}
 	if f.probe {
-		info, err := gpucheck.Probe(o)
+		p, err := gpucheck.Probe(o)
 		if err != nil {
+			fmt.Printf("glibc: %s\n", gds.GlibcVersion())
 			if !errors.Is(err, gds.ErrNoGPU) {
 				return fmt.Errorf("no usable GPU: %w", err)
 			}
 			return err // says "no GPU" and what it tried
 		}
-		fmt.Printf("device: %s %s\nlibraries: %s\ncuFile: %s\nlocal chunk reads take the %s path\n", info.Kind, info.Name, strings.Join(info.Libraries, ", "), info.CuFileMode, info.DirectPath)
+		fmt.Print(p.String())
+		if strings.HasPrefix(p.TestRead, "FAILED") {
+			return fmt.Errorf("gpu-check --probe: the cuFile test read failed")
+		}
 		return nil
 	}
 	if err := requireMDS(f.mds); err != nil {

@@ -59,27 +59,25 @@ type Row struct {
 	GBps    float64 `json:"gb_per_s"`
 	Path    string  `json:"path"`
 	Checked bool    `json:"checked"`
-	Note    string  `json:"note,omitempty"`
+	// Measures is the path the row is there to measure, and Ran whether
+	// that path carried the bytes: a row whose path did not run (no
+	// cuFile, every local piece fell back) fails the check.
+	Measures string `json:"measures"`
+	Ran      bool   `json:"ran"`
+	Note     string `json:"note,omitempty"`
 }
 
 // Result is a check's outcome.
 type Result struct {
 	Device     string `json:"device"`
 	CuFileMode string `json:"cufile_mode"`
-	Checkpoint string `json:"checkpoint"`
-	SHA256     string `json:"data_sha256"`
-	Rows       []Row  `json:"rows"`
-}
-
-// Probe opens the device and returns its description, or the reason
-// there is no GPU.
-func Probe(o Options) (gds.Info, error) {
-	dev, err := openDevice(o)
-	if err != nil {
-		return gds.Info{}, err
-	}
-	defer dev.Close()
-	return dev.Info(), nil
+	// CuFileModeNow is the mode once reads confirmed it (cuFile's
+	// statistics), and CuFileStats its read counters at the end.
+	CuFileModeNow string           `json:"cufile_mode_now,omitempty"`
+	CuFileStats   *gds.CuFileStats `json:"cufile_stats,omitempty"`
+	Checkpoint    string           `json:"checkpoint"`
+	SHA256        string           `json:"data_sha256"`
+	Rows          []Row            `json:"rows"`
 }
 
 func openDevice(o Options) (*gds.Device, error) {
@@ -154,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{name: "shoal restore, local, checksums not checked", opts: gds.Options{LocalOSTs: local, TrustLocal: true}},
 		{name: "shoal restore, all through the network (bounce)", opts: gds.Options{}},
 	}
-	if info.Kind == gds.KindCUDA && info.DirectPath != gds.PathBounce {
+	if info.Kind == gds.KindCUDA {
 		variants = append(variants, variant{name: "shoal restore, local, 4 cuFile threads", opts: gds.Options{LocalOSTs: local}, io: 4})
 	}
 	var failed []string
@@ -164,22 +162,26 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			co := o.CUDA
 			co.IOThreads = v.io
 			d2, err := gds.OpenCUDA(co)
-			if err != nil {
-				res.Rows = append(res.Rows, Row{Name: v.name, Note: err.Error()})
-				continue
+			if err == nil {
+				defer d2.Close()
+				b, err = d2.Alloc(h.DataLen, true)
 			}
-			defer d2.Close()
-			if b, err = d2.Alloc(h.DataLen, true); err != nil {
-				res.Rows = append(res.Rows, Row{Name: v.name, Note: err.Error()})
+			if err != nil {
+				row := Row{Name: v.name, Measures: "cuFile", Note: err.Error()}
+				failed = append(failed, fmt.Sprintf("%s: %v", v.name, err))
+				res.Rows = append(res.Rows, row)
+				fmt.Fprintln(o.Out, row.String())
 				continue
 			}
 			d = d2
 		}
-		row, err := restoreOnce(ctx, cl, d, b, v.opts, path, sum, o)
+		row, rep, err := restoreOnce(ctx, cl, d, b, v.opts, path, sum, o)
 		row.Name = v.name
 		if err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", v.name, err))
 			row.Note = err.Error()
+		} else if problem := ran(&row, d.Info(), v.opts.LocalOSTs != nil, rep); problem != "" {
+			failed = append(failed, fmt.Sprintf("%s: %s", v.name, problem))
 		}
 		res.Rows = append(res.Rows, row)
 		fmt.Fprintln(o.Out, row.String())
@@ -192,21 +194,26 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		defer os.Remove(file)
+		direct, bounce := "cuFile", "bounce"
+		if info.Kind == gds.KindHost {
+			direct, bounce = "host", "host"
+		}
 		for _, bl := range []struct {
-			name string
-			fn   func() (string, error)
+			name, measures string
+			fn             func() (string, error)
 		}{
-			{"baseline: cuFileRead of a local file", func() (string, error) { return gds.ReadFileDirect(dev, file, buf) }},
-			{"baseline: pread + cudaMemcpy of a local file", func() (string, error) { return gds.ReadFileBounce(dev, file, buf) }},
+			{"baseline: cuFileRead of a local file", direct, func() (string, error) { return gds.ReadFileDirect(dev, file, buf) }},
+			{"baseline: pread + cudaMemcpy of a local file", bounce, func() (string, error) { return gds.ReadFileBounce(dev, file, buf) }},
 		} {
 			dropCaches(o)
 			buf.Zero(0, buf.Len())
 			t0 := time.Now()
 			p, err := bl.fn()
 			d := time.Since(t0)
-			row := Row{Name: bl.name, Bytes: h.DataLen, Seconds: d.Seconds(), GBps: gbps(h.DataLen, d), Path: p}
+			row := Row{Name: bl.name, Bytes: h.DataLen, Seconds: d.Seconds(), GBps: gbps(h.DataLen, d), Path: p, Measures: bl.measures, Ran: err == nil}
 			if err != nil {
-				row.Note = err.Error()
+				row.GBps, row.Note = 0, err.Error()
+				failed = append(failed, fmt.Sprintf("%s: %v", bl.name, err))
 			} else if got, err := deviceSum(buf, h.DataLen); err != nil || got != sum {
 				failed = append(failed, fmt.Sprintf("%s: device bytes differ from the source", bl.name))
 				row.Note = "device bytes differ from the source"
@@ -218,17 +225,37 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	cl.Remove(ctx, path)
+	if info.Kind == gds.KindCUDA {
+		st := dev.CuFileStatus()
+		res.CuFileModeNow = st.Mode
+		if st.StatsErr == "" {
+			res.CuFileStats = &st.Stats
+		}
+		fmt.Fprintf(o.Out, "cuFile now: %s; %s\n", orNone(st.Mode), statsLine(st))
+	}
 	fmt.Fprintf(o.Out, "gpu-check: %d ways measured in %.1fs\n", len(res.Rows), time.Since(start).Seconds())
 	if len(failed) > 0 {
+		fmt.Fprintf(o.Out, "gpu-check: FAILED:\n  %s\n", strings.Join(failed, "\n  "))
 		return res, fmt.Errorf("gpu-check: %s", strings.Join(failed, "; "))
 	}
 	return res, nil
+}
+
+func statsLine(st gds.CuFileStatus) string {
+	if st.StatsErr != "" {
+		return "no cuFile statistics (" + st.StatsErr + ")"
+	}
+	s := st.Stats
+	return fmt.Sprintf("cuFile statistics: %d reads (%d P2P, %d nvidia-fs, %d POSIX), %s", s.Reads, s.P2P, s.NVFS, s.POSIX, human(int64(s.Bytes)))
 }
 
 func (r Row) String() string {
 	ok := "checked"
 	if !r.Checked {
 		ok = "NOT CHECKED"
+	}
+	if r.Measures != "" && !r.Ran {
+		ok += ", " + strings.ToUpper(r.Measures) + " PATH DID NOT RUN"
 	}
 	s := fmt.Sprintf("%-50s %8.2f GB/s  %-14s %s in %.2fs, %s", r.Name, r.GBps, r.Path, human(r.Bytes), r.Seconds, ok)
 	if r.Note != "" {
@@ -237,36 +264,71 @@ func (r Row) String() string {
 	return s
 }
 
+// ran fills in what row measures and whether that path carried its
+// bytes, and returns why the row fails when it did not: local rows
+// measure cuFile (the local path on the host backend), the network row
+// the staging path.
+func ran(row *Row, info gds.Info, local bool, rep gds.Report) string {
+	if rep.Fallback > 0 {
+		row.Note = strings.TrimPrefix(row.Note+"; ", "; ") + fmt.Sprintf("%s FELL BACK from local chunks to the network", human(rep.Fallback))
+	}
+	switch {
+	case !local:
+		row.Measures = "bounce"
+		if info.Kind == gds.KindHost {
+			row.Measures = "host"
+		}
+		row.Ran = rep.Remote > 0
+		if !row.Ran {
+			return "nothing was read through the network"
+		}
+	case info.Kind == gds.KindHost:
+		row.Measures = "host"
+		row.Ran = rep.Local > rep.Fallback
+		if !row.Ran {
+			return fmt.Sprintf("the local path did not run: %s of local chunks read, %s fell back (are --ost-dirs the OSTs of this node?)", human(rep.Local), human(rep.Fallback))
+		}
+	default:
+		row.Measures = "cuFile"
+		cu := rep.Paths[gds.PathDirect] + rep.Paths[gds.PathCompat]
+		row.Ran = cu > 0
+		switch {
+		case info.DirectPath == gds.PathBounce:
+			return "cuFile did not run: " + info.CuFileMode
+		case !row.Ran:
+			return fmt.Sprintf("no byte went through cuFile: %s of local chunks read, %s fell back (are --ost-dirs the OSTs of this node?)", human(rep.Local), human(rep.Fallback))
+		}
+	}
+	return ""
+}
+
 // restoreOnce restores the checkpoint into buf and checks every byte.
-func restoreOnce(ctx context.Context, cl *client.Client, dev *gds.Device, buf *gds.Buffer, ro gds.Options, path, sum string, o Options) (Row, error) {
+func restoreOnce(ctx context.Context, cl *client.Client, dev *gds.Device, buf *gds.Buffer, ro gds.Options, path, sum string, o Options) (Row, gds.Report, error) {
 	r, err := gds.NewReader(cl, dev, ro)
 	if err != nil {
-		return Row{}, err
+		return Row{}, gds.Report{}, err
 	}
 	defer r.Close()
 	if err := buf.Zero(0, buf.Len()); err != nil {
-		return Row{}, err
+		return Row{}, gds.Report{}, err
 	}
 	dropCaches(o)
 	t0 := time.Now()
 	s, err := r.Restore(ctx, path, buf, 0)
 	d := time.Since(t0)
 	if err != nil {
-		return Row{Seconds: d.Seconds()}, err
+		return Row{Seconds: d.Seconds()}, gds.Report{}, err
 	}
 	row := Row{Bytes: s.Report.Bytes, Seconds: d.Seconds(), GBps: gbps(s.Report.Bytes, d), Path: s.Report.Path()}
-	if s.Report.Fallback > 0 {
-		row.Note = fmt.Sprintf("%d bytes fell back from local chunks", s.Report.Fallback)
-	}
 	got, err := deviceSum(buf, s.Report.Bytes)
 	if err != nil {
-		return row, err
+		return row, s.Report, err
 	}
 	if got != sum {
-		return row, fmt.Errorf("device bytes differ from the source (sha256 %s, want %s)", got, sum)
+		return row, s.Report, fmt.Errorf("device bytes differ from the source (sha256 %s, want %s)", got, sum)
 	}
 	row.Checked = true
-	return row, nil
+	return row, s.Report, nil
 }
 
 // deviceSum is the SHA-256 of the first n bytes of buf, copied back.

@@ -10,24 +10,34 @@ import (
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/layout"
+	"github.com/shoalfs/shoal/internal/pki"
 	"github.com/shoalfs/shoal/test/cluster"
 )
 
-// TestRunHost runs the whole check on the host backend with a small
-// checkpoint: every way of reading is measured and checked.
-func TestRunHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("SKIP (-short): starts a cluster")
-	}
-	// Plaintext, as `shoal local` (which gpu-check starts) is today (docs/security.md).
-	c := cluster.Start(t, cluster.Options{Layout: layout.Layout{K: 4, M: 2, Unit: 64 << 10}, Insecure: true})
+// startCluster starts a cluster with mutual TLS, as `shoal local` (which
+// gpu-check starts) runs, and returns it with its OST directories.
+func startCluster(t *testing.T) (*cluster.Cluster, []string) {
+	t.Helper()
+	c := cluster.Start(t, cluster.Options{Layout: layout.Layout{K: 4, M: 2, Unit: 64 << 10}})
 	var dirs []string
 	for i := 0; i < 6; i++ {
 		dirs = append(dirs, c.OST(i).Dir)
 	}
+	return c, dirs
+}
+
+// TestRunHost runs the whole check on the host backend with a small
+// checkpoint: every way of reading is measured and checked, and a run
+// whose local path cannot run (no OST of the cluster on this node) fails.
+func TestRunHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP (-short): starts a cluster")
+	}
+	c, dirs := startCluster(t)
+	creds := c.Creds(pki.RoleAdmin)
 	dir := t.TempDir()
 	var out bytes.Buffer
-	res, err := Run(context.Background(), Options{MDS: c.MDSAddr(), OSTDirs: dirs, Backend: "host", Size: 6 << 20, TensorSize: 1 << 20, Dir: dir, Out: &out})
+	res, err := Run(context.Background(), Options{MDS: c.MDSAddr(), OSTDirs: dirs, Backend: "host", Size: 6 << 20, TensorSize: 1 << 20, Dir: dir, Out: &out, Creds: creds})
 	t.Logf("\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +46,7 @@ func TestRunHost(t *testing.T) {
 		t.Fatalf("%d rows", len(res.Rows))
 	}
 	for _, r := range res.Rows {
-		if !r.Checked || r.GBps <= 0 || r.Path != "host" {
+		if !r.Checked || r.GBps <= 0 || r.Path != "host" || !r.Ran || r.Measures != "host" {
 			t.Fatalf("row %+v", r)
 		}
 	}
@@ -50,5 +60,21 @@ func TestRunHost(t *testing.T) {
 	}
 	if _, err := Probe(Options{Backend: "cuda", CUDA: cudaNone()}); err == nil || !strings.Contains(err.Error(), "no GPU") {
 		t.Fatalf("probe without CUDA: %v", err)
+	}
+	p, err := Probe(Options{Backend: "host"})
+	if err != nil || !strings.Contains(p.String(), "glibc: ") || !strings.Contains(p.String(), "/run/udev: ") {
+		t.Fatalf("probe: %v\n%s", err, p)
+	}
+	t.Logf("\n%s", p)
+
+	// No local OST: the local rows measured nothing local.
+	out.Reset()
+	res, err = Run(context.Background(), Options{MDS: c.MDSAddr(), Backend: "host", Size: 2 << 20, TensorSize: 1 << 20, Out: &out, Creds: creds})
+	t.Logf("\n%s", out.String())
+	if err == nil || !strings.Contains(err.Error(), "the local path did not run") || !strings.Contains(out.String(), "HOST PATH DID NOT RUN") {
+		t.Fatalf("run without local OSTs: %v", err)
+	}
+	if res == nil || res.Rows[0].Ran || !res.Rows[2].Ran {
+		t.Fatalf("rows %+v", res)
 	}
 }

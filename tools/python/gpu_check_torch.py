@@ -2,7 +2,12 @@
 wrote (its ckpt.json) into CUDA tensors through shoal_gds.py (the C ABI
 and ctypes), and checks the bytes against the SHA-256 of the source.
 Usage: python3 gpu_check_torch.py DIR/ckpt.json OST_DIR[:OST_DIR...]
-Prints "torch: ok" or "torch: skipped (...)"; exits 1 on a mismatch."""
+The cluster's certificate comes from SHOAL_CERT, SHOAL_KEY and SHOAL_CA
+(. DIR/tls/env of the shoal local).
+Prints "torch: ok" and exits 0; exits 1 on a mismatch, or when local OST
+directories were given and no byte went through cuFile (the path this step
+measures did not run); exits 2, "torch: skipped (...)", without torch or
+a CUDA device."""
 
 import hashlib
 import json
@@ -19,10 +24,10 @@ def main():
         import torch
     except ImportError as e:
         print("torch: skipped (no torch: %s)" % e)
-        return
+        return 2
     if not torch.cuda.is_available():
         print("torch: skipped (torch sees no CUDA device)")
-        return
+        return 2
     ck = json.load(open(sys.argv[1]))
     ost_dirs = [d for d in sys.argv[2].split(":") if d] if len(sys.argv) > 2 else []
     with shoal_gds.Shoal(ck["mds"], backend="cuda", ost_dirs=ost_dirs) as s:
@@ -37,12 +42,21 @@ def main():
             h.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b"")
         got = h.hexdigest()
         n = ck["data_len"]
-        print("torch: %d tensors, %.2f GB/s through the C ABI (path %s)" % (len(tensors), n / dt / 1e9, rep.get("path")))
+        info = s.info()
+        print("torch: %d tensors, %.2f GB/s through the C ABI (path %s, bytes by path %s, %d fell back)"
+              % (len(tensors), n / dt / 1e9, rep.get("path"), rep.get("paths"), rep.get("fallback", 0)))
+        print("torch: cuFile now: %s; statistics %s %s" % (info.get("cufile_mode_now"), info.get("cufile_stats"),
+                                                          info.get("cufile_stats_error") or ""))
         if got != ck["data_sha256"]:
             print("torch: MISMATCH: sha256 %s, want %s" % (got, ck["data_sha256"]))
-            sys.exit(1)
+            return 1
+        paths = rep.get("paths", {})
+        if ost_dirs and paths.get("direct", 0) + paths.get("compat", 0) == 0:
+            print("torch: FAILED: no byte went through cuFile (path %s; cuFile: %s)" % (rep.get("path"), info.get("cufile_mode")))
+            return 1
         print("torch: ok")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
