@@ -35,8 +35,9 @@ const writeAttempts = 3
 // pays (compress.go). A write that fails for good is logged with its
 // reason ("need 4 OSTs up for RS 4+2, have 3"), which its error carries
 // too: ErrNoSpace (ENOSPC) when too few OSTs have room, ErrUnavailable
-// (EIO) when too few are up.
-func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, data []byte, pol *compress.Options) (_ *mdspb.ExtentRef, err error) {
+// (EIO) when too few are up. The first attempt uses the allocation sp
+// (spare.go) when it can serve.
+func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, data []byte, pol *compress.Options, sp *spareAlloc) (_ *mdspb.ExtentRef, err error) {
 	var exclude []uint32
 	var lastErr error
 	var z *packed // the bytes to store: compress.go
@@ -47,7 +48,13 @@ func (c *Client) uploadExtent(ctx context.Context, ino uint64, fileOff int64, da
 		}
 	}()
 	for attempt := 0; attempt < writeAttempts; attempt++ {
-		r, err := c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: 1, ExcludeOsts: exclude, Length: uint64(len(data))})
+		var r *mdspb.AllocExtentsReply
+		if attempt == 0 {
+			r = sp.take(ctx, c.metrics)
+		}
+		if r == nil {
+			r, err = c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: 1, ExcludeOsts: exclude, Length: uint64(len(data))})
+		}
 		if err != nil {
 			if lastErr != nil {
 				return nil, fmt.Errorf("write extent at %d: %w (after: %v)", fileOff, err, lastErr)

@@ -68,6 +68,10 @@ type File struct {
 	// (Options.EarlyNamespaceReplies); the next Fsync or Close makes it
 	// durable (SyncNamespace).
 	sizeEarly bool
+	// cut counts the bytes cut into uploads; spare, smallSyncs: spare.go.
+	cut        int64
+	spare      *spareAlloc
+	smallSyncs int
 }
 
 type upload struct {
@@ -285,6 +289,8 @@ func (f *File) cutLocked(n int64) {
 		return
 	}
 	u := &upload{off: f.dirtyOff, data: f.dirty[:n:n]}
+	sp := f.takeSpareLocked(n)
+	f.cut += n
 	rest := f.dirty[n:]
 	f.dirtyOff += n
 	if len(rest) == 0 {
@@ -294,7 +300,7 @@ func (f *File) cutLocked(n int64) {
 	}
 	f.inflight = append(f.inflight, u)
 	go func() {
-		ref, err := f.c.uploadExtent(f.ctx, f.ino, u.off, u.data, f.comp.Load())
+		ref, err := f.c.uploadExtent(f.ctx, f.ino, u.off, u.data, f.comp.Load(), sp)
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		u.done, u.ref, u.err = true, ref, err
@@ -367,9 +373,11 @@ func (f *File) flushLocked() error {
 func (f *File) Fsync(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	before := f.cut
 	if err := f.flushLocked(); err != nil {
 		return err
 	}
+	f.fsyncedLocked(f.cut - before)
 	return f.syncSizeLocked(ctx)
 }
 
@@ -428,6 +436,8 @@ func (f *File) Close(ctx context.Context) error {
 	}
 	f.closed = true
 	f.cancel()
+	f.spare.drop(f.c.metrics) // unused: the MDS's GC expires it
+	f.spare = nil
 	f.rows.clear()
 	if rerr := f.c.releaseHandle(ctx, f.handle); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("release inode %d: %w", f.ino, rerr))

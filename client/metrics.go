@@ -25,6 +25,9 @@ type metrics struct {
 	// syncsSkipped counts SyncNamespace calls answered without the MDS
 	// (namespace.go).
 	syncsSkipped prometheus.Counter
+	// spares counts spare allocations (spare.go) by outcome: used, or
+	// unused (too old, failed, or left at close).
+	spares *prometheus.CounterVec
 }
 
 func (m *metrics) compressed(logical, stored int) {
@@ -56,9 +59,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_lease_lookups_total", Help: "Lookups of absent names answered from a directory lease, without the MDS."}),
 		syncsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_namespace_syncs_skipped_total", Help: "Namespace syncs (fsync's barrier) answered without the MDS: no change answered early since the last one."}),
+		spares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_client_spare_allocs_total", Help: "Extent allocations asked for ahead of a small write after an fsync, by outcome: used, or unused (too old, failed, left at close)."}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped, m.spares)
 	}
 	return m
 }

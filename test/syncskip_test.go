@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,3 +54,83 @@ func TestSyncNamespaceSkips(t *testing.T) {
 	}
 	sync(false)
 }
+
+// TestSpareAllocations: a file written and fsynced in small pieces takes
+// each upload's extent from the allocation its previous fsync asked for
+// (client/spare.go); the bytes read back, here and from another client,
+// and the spare left at close is counted unused.
+func TestSpareAllocations(t *testing.T) {
+	cl := cluster.Start(t, cluster.Options{})
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	a := cl.ClientWith(client.Options{Registry: reg})
+	spares := func(outcome string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "shoal_client_spare_allocs_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	f, err := a.Create(ctx, "/log", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size, rounds = 1 << 20, 30
+	want := make([]byte, size)
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range rounds {
+		p := make([]byte, 4096)
+		for j := range p {
+			p[j] = byte(rng.IntN(256))
+		}
+		off := rng.Int64N(size - 4096)
+		copy(want[off:], p)
+		if _, err := f.WriteAt(ctx, p, off); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Fsync(ctx); err != nil {
+			t.Fatalf("fsync %d: %v", i, err)
+		}
+	}
+	if used := spares("used"); used < rounds-spareWarmup {
+		t.Fatalf("%v of %d uploads took a spare allocation, want at least %d", used, rounds, rounds-spareWarmup)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if unused := spares("unused"); unused != 1 {
+		t.Fatalf("%v spares unused, want 1 (the one left at close)", unused)
+	}
+	for _, c := range []*client.Client{a, cl.Client()} {
+		g, err := c.Open(ctx, "/log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, size)
+		if _, err := g.ReadAt(ctx, got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("the file reads back different bytes")
+		}
+		g.Close(ctx)
+	}
+}
+
+// spareWarmup is how many of TestSpareAllocations's fsyncs go without a
+// spare: the first write and fsync, and the one that asks for the first.
+const spareWarmup = 3
