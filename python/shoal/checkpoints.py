@@ -100,7 +100,7 @@ class Checkpoints:
     # -- save --------------------------------------------------------------
 
     def save(self, step, tensors, metadata=None, async_=False, rank=0, world=1,
-             attempt=None, pin=False, reuse=True, blobs=None):
+             attempt=None, pin=False, reuse=True, blobs=None, shard=None):
         """Saves ``tensors`` (name -> array) as this rank's shard of
         ``step``. With ``world`` > 1, every rank calls save with its own
         tensors and the step is committed, atomically, when the last rank
@@ -111,7 +111,9 @@ class Checkpoints:
         Tensors whose bytes equal the previous step's are shared with it,
         not written (``reuse=False`` writes everything). ``blobs`` (name
         -> bytes-like) are stored as opaque files. ``async_=True`` returns
-        a PendingSave once the bytes are copied."""
+        a PendingSave once the bytes are copied. ``shard`` names the
+        tensors' file (default model-<rank+1>-of-<world>.safetensors); with
+        no tensors and some blobs, there is none."""
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise InvalidArgument("step %r: an int >= 0" % (step,))
         if not isinstance(world, int) or not isinstance(rank, int) or world < 1 or not 0 <= rank < world:
@@ -132,7 +134,9 @@ class Checkpoints:
                 md[METADATA_KEY] = json.dumps(metadata, sort_keys=True)
             except (TypeError, ValueError) as e:
                 raise InvalidArgument("metadata is not JSON: %s" % e) from None
-        shards = [{"name": shard_name(rank, world), "metadata": md, "tensors": specs}]
+        shards = []
+        if specs or not blobs:
+            shards.append({"name": shard or shard_name(rank, world), "metadata": md, "tensors": specs})
         keep = []
         for bname, data in (blobs or {}).items():
             mv = memoryview(data).cast("B")
@@ -213,10 +217,7 @@ class Checkpoints:
             req_tensors.append({"shard": s["name"], "name": name, "ptr": len(bufs)})
             bufs.append(b)
             out[name] = obj
-        req = {"job": self.job, "step": step, "verify": bool(verify), "tensors": req_tensors}
-        _, r = _lib.call("shoal_load", self.client._h, _lib.enc(req), _lib.pointers([b.ptr for b in bufs]),
-                         _lib.lengths([b.nbytes for b in bufs]), len(bufs))
-        out.verified = r["verified"]
+        out.verified = self._read(step, req_tensors, bufs, verify)
         md = {}
         for s in shards:
             if METADATA_KEY in (s.get("metadata") or {}):
@@ -224,6 +225,34 @@ class Checkpoints:
                 break
         out.metadata = md
         return out
+
+    def _read(self, step, req_tensors, bufs, verify=True):
+        """Reads tensors ({shard, name, ptr}) into bufs[ptr]; returns
+        whether every byte was checked against the manifest."""
+        req = {"job": self.job, "step": step, "verify": bool(verify), "tensors": req_tensors}
+        _, r = _lib.call("shoal_load", self.client._h, _lib.enc(req), _lib.pointers([b.ptr for b in bufs]),
+                         _lib.lengths([b.nbytes for b in bufs]), len(bufs))
+        return r["verified"]
+
+    def read_tensors(self, step, items, framework="numpy", verify=True):
+        """Reads the tensors named by items, (shard, tensor name) pairs,
+        of ``step`` into new arrays; returns them in the same order."""
+        m = self.manifest(step)
+        ents = {}
+        for s in m["shards"]:
+            for t in s.get("tensors") or []:
+                ents[(s["name"], t["name"])] = t
+        objs, bufs, reqs = [], [], []
+        for shard, name in items:
+            t = ents.get((shard, name))
+            if t is None:
+                raise NotFound("%s step %d has no tensor %r in shard %r" % (self.job, m["step"], name, shard))
+            obj = empty(t["dtype"], t["shape"], framework)
+            reqs.append({"shard": shard, "name": name, "ptr": len(bufs)})
+            bufs.append(buf_of(name, obj))
+            objs.append(obj)
+        self._read(m["step"], reqs, bufs, verify)
+        return objs
 
     def load_blob(self, name, step=None):
         """The bytes of blob ``name`` of ``step`` (default the latest),
