@@ -8,21 +8,28 @@ import uuid
 
 try:
     import torch
-    import torch.distributed.checkpoint as dcp
-    _TORCH = int(torch.__version__.split(".")[0]) >= 2
-    _WHY = "PyTorch %s is older than 2.0" % torch.__version__
+    _WHY = None
 except ImportError as e:
-    _TORCH, _WHY = False, "PyTorch is not installed (%s)" % e
+    _WHY = "PyTorch is not installed (%s)" % e
+_DCP_WHY = _WHY
+if _WHY is None:
+    try:
+        if int(torch.__version__.split(".")[0]) < 2:
+            raise ImportError("PyTorch %s is older than 2.0" % torch.__version__)
+        import torch.distributed.checkpoint as dcp
+    except ImportError as e:
+        _DCP_WHY = "no PyTorch 2.x Distributed Checkpoint: %s" % e
 
-if not _TORCH:
-    print("\nSKIP tests.test_torch: %s: shoal.torch (DCP) and PyTorch tensors are NOT tested here"
-          % _WHY, file=sys.stderr)
+if _WHY is not None:
+    print("\nSKIP tests.test_torch: %s: PyTorch tensors and shoal.torch (DCP) are NOT tested here" % _WHY,
+          file=sys.stderr)
     raise unittest.SkipTest(_WHY)
+if _DCP_WHY is not None:
+    print("\nSKIP tests.test_torch.DCP: %s: shoal.torch is NOT tested here" % _DCP_WHY, file=sys.stderr)
 if not os.environ.get("SHOAL_MDS"):
     raise unittest.SkipTest("SHOAL_MDS is not set: these tests need a cluster")
 
 import shoal  # noqa: E402
-import shoal.torch  # noqa: E402
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
           torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64]
@@ -60,7 +67,7 @@ class Tensors(unittest.TestCase):
         dst = torch.empty_like(w)
         got = self.ck.load(into={"w": dst})
         self.assertEqual(got["w"].data_ptr(), dst.data_ptr())
-        self.assertTrue(torch.equal(dst, w))
+        self.assertTrue(torch.equal(dst.view(torch.uint8), w.view(torch.uint8)))  # random bits: NaNs too
         with self.assertRaises(shoal.InvalidArgument):
             self.ck.save(2, {"t": torch.zeros(8, 8).t()})
         if torch.cuda.is_available():
@@ -68,8 +75,10 @@ class Tensors(unittest.TestCase):
                 self.ck.save(2, {"c": torch.zeros(8, device="cuda")})
 
 
+@unittest.skipIf(_DCP_WHY is not None, _DCP_WHY or "")
 class DCP(unittest.TestCase):
     def test_save_load_reuse(self):
+        import shoal.torch
         client = shoal.connect()
         job = "dcp-" + uuid.uuid4().hex[:8]
         state = {"embed": rand((256, 64), torch.float32, 1), "head": rand((64, 8), torch.bfloat16, 2),
