@@ -22,8 +22,8 @@ import (
 // .rank-<R>-of-<W>.json (its shards' manifest entries). A rank that,
 // after writing its part, finds the parts of all W ranks takes the commit
 // by creating .commit exclusively (the MDS decides between two ranks that
-// finish together), merges the parts into the manifest, removes the part
-// files and renames the directory to step-<N>: the whole checkpoint
+// finish together), merges the parts into the manifest, renames the
+// directory to step-<N> and removes the part files: the whole checkpoint
 // becomes visible at once, when the last rank has written. A rank that
 // dies leaves the step uncommitted; GC removes its staging directory as
 // for any dead save.
@@ -146,9 +146,12 @@ func (s *Store) SaveRank(ctx context.Context, job string, step int64, rank, worl
 	}
 	stopBeat := s.heartbeat(ctx, st.Ino)
 	defer stopBeat()
-	// What this rank left under the same attempt (a retry): gone first.
+	// What this rank left under the same attempt (a retry): gone first,
+	// with the commit marker of a commit that died half way (while the
+	// ranks of one try run, it exists only once every part is written, so
+	// a rank that starts and finds it is a retry).
 	part := rankPartName(rank, world)
-	for _, n := range append([]string{part, part + stagingSuffix}, shardNames(shards)...) {
+	for _, n := range append([]string{part, part + stagingSuffix, rankCommitName}, shardNames(shards)...) {
 		if err := ignoreNotFound(s.c.UnlinkIn(ctx, st.Ino, n)); err != nil {
 			return nil, fmt.Errorf("ckpt: remove %s of an earlier try: %w", n, err)
 		}
@@ -285,13 +288,9 @@ func (s *Store) commitRanks(ctx context.Context, job string, step int64, world i
 	if err != nil {
 		return nil, err
 	}
-	for r := range world {
-		if err := s.c.UnlinkIn(ctx, dir, rankPartName(r, world)); err != nil {
-			return nil, fmt.Errorf("ckpt: remove part of rank %d: %w", r, err)
-		}
-	}
-	if err := s.c.UnlinkIn(ctx, dir, rankCommitName); err != nil {
-		return nil, fmt.Errorf("ckpt: remove %s: %w", rankCommitName, err)
+	// A commit that died after writing the manifest left one.
+	if err := ignoreNotFound(s.c.UnlinkIn(ctx, dir, ManifestName)); err != nil {
+		return nil, fmt.Errorf("ckpt: remove the manifest of a dead commit: %w", err)
 	}
 	if err := s.writeNewFile(ctx, dir, ManifestName, mb); err != nil {
 		return nil, fmt.Errorf("ckpt: write manifest: %w", err)
@@ -309,6 +308,18 @@ func (s *Store) commitRanks(ctx context.Context, job string, step int64, world i
 	}
 	if err := s.c.SyncNamespace(ctx); err != nil {
 		return nil, fmt.Errorf("ckpt: commit %s step %d: sync: %w", job, step, err)
+	}
+	// The parts and the marker stay until the commit: a commit that dies
+	// before it can be taken again by a rank restarted under the same
+	// attempt. Now they go (what a crash here leaves are hidden files
+	// that Verify reports as unlisted).
+	for r := range world {
+		if err := ignoreNotFound(s.c.UnlinkIn(ctx, dir, rankPartName(r, world))); err != nil {
+			s.log.Debug("ckpt: remove a rank's part after the commit", "rank", r, "err", err)
+		}
+	}
+	if err := ignoreNotFound(s.c.UnlinkIn(ctx, dir, rankCommitName)); err != nil {
+		s.log.Debug("ckpt: remove the commit marker after the commit", "err", err)
 	}
 	res := &SaveResult{Manifest: m}
 	if err := s.hook(Point{Phase: PhaseDone}); err != nil {

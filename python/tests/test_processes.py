@@ -107,6 +107,14 @@ class Sharded(unittest.TestCase):
         self.assertTrue(out["committed"])
         self.assertTrue(np.array_equal(self.ck.load(5, rank=1)["x.1"], expect_x(1, mib=20)))
 
+    def test_committer_killed(self):
+        self.assertFalse(finish(start(self.job, 6, 0, 2))["committed"])
+        finish(start(self.job, 6, 1, 2, crash="commit"), want_rc=-signal.SIGKILL)  # manifest written, no rename
+        self.assertEqual(self.ck.list(), [])
+        self.assertTrue(finish(start(self.job, 6, 1, 2))["committed"])  # restarted: clears the dead commit
+        self.assertEqual(self.ck.steps(), [6])
+        self.ck.verify(6)
+
 
 SINGLE = r"""
 import sys
