@@ -178,6 +178,19 @@ class Async(unittest.TestCase):
         with self.assertRaises(shoal.Exists):
             bad.wait(60)
 
+    def test_async_ranks(self):
+        ck = client().checkpoints(job("async-ranks"))
+        a, b = rand((4096,), "float64", seed=1), rand((4096,), "float64", seed=2)
+        wa, wb = a.copy(), b.copy()
+        p0 = ck.save(7, {"a": a}, rank=0, world=2, async_=True)
+        a[:] = 0
+        p1 = ck.save(7, {"b": b}, rank=1, world=2, async_=True)
+        b[:] = 0
+        rs = [p0.wait(60), p1.wait(60)]
+        self.assertEqual(sorted(r.committed for r in rs), [False, True])
+        got = ck.load(7)
+        self.assertTrue(same(got["a"], wa) and same(got["b"], wb))
+
 
 class BadInput(unittest.TestCase):
     def test_refused_with_clear_errors(self):
