@@ -5,13 +5,17 @@ A step is a set of safetensors shards, one per rank
 manifest of checksums; see docs/checkpoints.md.
 """
 
+import base64
 import json
+import os
 import re
 import threading
 
+import numpy as np
+
 from . import _lib
 from ._tensors import buf_of, empty, nbytes
-from .errors import InvalidArgument, NotFound, ShoalError
+from .errors import InvalidArgument, NotFound, ShoalError, from_json
 
 METADATA_KEY = "shoal.metadata"
 _SHARD_RE = re.compile(r"^model-(\d{5})-of-(\d{5})\.safetensors$")
@@ -137,20 +141,19 @@ class Checkpoints:
         shards = []
         if specs or not blobs:
             shards.append({"name": shard or shard_name(rank, world), "metadata": md, "tensors": specs})
-        keep = []
         for bname, data in (blobs or {}).items():
-            mv = memoryview(data).cast("B")
-            import numpy as np
+            try:
+                mv = memoryview(data).cast("B")
+            except TypeError as e:
+                raise InvalidArgument("blob %r: %s is not bytes-like (%s)" % (bname, type(data).__name__, e)) from None
             a = np.frombuffer(mv, dtype=np.uint8) if mv.nbytes else np.zeros(0, np.uint8)
-            keep.append(a)
             shards.append({"name": bname, "blob": len(bufs), "blob_len": mv.nbytes})
-            bufs.append(buf_of(bname, a))
+            bufs.append(buf_of(bname, a))  # keeps a (and so data) alive through the call
         req = {"job": self.job, "step": step, "rank": rank, "world": world,
                "attempt": _attempt(attempt, world), "async": bool(async_), "pin": bool(pin),
                "no_reuse": not reuse, "shards": shards}
         ptrs = _lib.pointers([b.ptr for b in bufs])
         rc, r = _lib.call("shoal_save", self.client._h, _lib.enc(req), ptrs, len(bufs))
-        del keep
         if async_:
             return PendingSave(self.client, step, rc, r.get("stall_s", 0.0))
         res = SaveResult(step, r)
@@ -260,7 +263,6 @@ class Checkpoints:
         m = self.manifest(step)
         req = {"job": self.job, "step": m["step"], "blobs": [name]}
         _, r = _lib.call("shoal_load", self.client._h, _lib.enc(req), _lib.pointers([]), _lib.lengths([]), 0)
-        import base64
         return base64.b64decode(r["blobs"][name] or "")
 
     # -- the rest ----------------------------------------------------------
@@ -287,7 +289,6 @@ class Checkpoints:
         rep = self._call("verify", step=step)
         if not rep["ok"]:
             p = rep["problems"][0]
-            from .errors import from_json
             info = dict(p)
             info["message"] = "%s step %d: %d problem(s); first: %s" % (
                 self.job, rep["info"]["step"], len(rep["problems"]), p["message"])
@@ -348,7 +349,6 @@ def _rank_of(shard):
 def _attempt(attempt, world):
     if attempt is not None:
         return str(attempt)
-    import os
     for v in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
         if os.environ.get(v):
             return "w%d-r%s" % (world, os.environ[v])
