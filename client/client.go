@@ -227,14 +227,15 @@ type Client struct {
 		coders   map[layout.Layout]*erasure.Coder
 	}
 
-	mdsWait   bool        // calls wait for an unreachable MDS (retry.go)
-	outages   outages     // servers this client cannot reach now (retry.go)
-	caps      capTable    // capabilities of extents for the OSTs (caps.go)
-	rep       reporter    // corrupt chunks to report to the MDS (report.go)
-	sess      session     // session.go
-	leases    dirLeases   // dirlease.go
-	early     earlyCount  // early namespace replies, for SyncNamespace (namespace.go)
-	closed    atomic.Bool // set by Close and Abandon
+	mdsWait   bool          // calls wait for an unreachable MDS (retry.go)
+	outages   outages       // servers this client cannot reach now (retry.go)
+	caps      capTable      // capabilities of extents for the OSTs (caps.go)
+	rep       reporter      // corrupt chunks to report to the MDS (report.go)
+	sess      session       // session.go
+	leases    dirLeases     // dirlease.go
+	early     earlyCount    // early namespace replies, for SyncNamespace (namespace.go)
+	lookups   lookupBatcher // lookups batched at the MDS (lookupbatch.go)
+	closed    atomic.Bool   // set by Close and Abandon
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -289,6 +290,7 @@ func (c *Client) Close() error {
 			c.log.Debug("close MDS session", "err", err)
 		}
 		c.closeErr = c.closeConns()
+		c.lookups.wg.Wait()
 	})
 	return c.closeErr
 }

@@ -28,6 +28,9 @@ type metrics struct {
 	// spares counts spare allocations (spare.go) by outcome: used, or
 	// unused (too old, failed, or left at close).
 	spares *prometheus.CounterVec
+	// lookupsBatched counts lookups answered by a LookupMany call
+	// (lookupbatch.go).
+	lookupsBatched prometheus.Counter
 }
 
 func (m *metrics) compressed(logical, stored int) {
@@ -61,9 +64,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_namespace_syncs_skipped_total", Help: "Namespace syncs (fsync's barrier) answered without the MDS: no change answered early since the last one."}),
 		spares: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_client_spare_allocs_total", Help: "Extent allocations asked for ahead of a small write after an fsync, by outcome: used, or unused (too old, failed, left at close)."}, []string{"outcome"}),
+		lookupsBatched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_lookups_batched_total", Help: "Lookups sent to the MDS in a LookupMany call with others made at the same time."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped, m.spares)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped, m.spares, m.lookupsBatched)
 	}
 	return m
 }

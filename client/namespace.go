@@ -45,11 +45,11 @@ func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*Attr,
 		c.metrics.leaseLookups.Inc()
 		return nil, fmt.Errorf("lookup %q in %d: %w", name, parent, errs.ErrNotFound)
 	}
-	r, err := c.mds.Lookup(ctx, &mdspb.LookupRequest{Parent: parent, Name: []byte(name)})
+	a, err := c.lookupMDS(ctx, parent, name)
 	if errors.Is(err, errs.ErrNotFound) {
 		c.missed(ctx, parent)
 	}
-	return attrOf(r.GetAttr()), err
+	return attrOf(a), err
 }
 
 // GetAttr returns the attributes of ino.

@@ -60,7 +60,7 @@ func TestAuthorizeRoles(t *testing.T) {
 	bit := map[pki.Role]int{pki.RoleOST: o, pki.RoleMDS: m, pki.RoleClient: c, pki.RoleAdmin: a}
 	want := map[string]int{
 		// Namespace, data, sessions, locks, xattrs: clients and admins.
-		"Lookup": c | a, "GetAttr": c | a, "SetAttr": c | a, "Create": c | a, "Mkdir": c | a,
+		"Lookup": c | a, "LookupMany": c | a, "GetAttr": c | a, "SetAttr": c | a, "Create": c | a, "Mkdir": c | a,
 		"Symlink": c | a, "Readlink": c | a, "Link": c | a, "Unlink": c | a, "Rmdir": c | a,
 		"Rename": c | a, "ReadDir": c | a, "StatFs": c | a, "GetExtents": c | a,
 		"AllocExtents": c | a, "CommitExtents": c | a, "Fallocate": c | a, "ListOsts": c | a,

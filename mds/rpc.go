@@ -16,6 +16,10 @@ func (s *Server) Lookup(ctx context.Context, r *mdspb.LookupRequest) (*mdspb.Att
 	return serve(s, ctx, "Lookup", r, s.handleLookup)
 }
 
+func (s *Server) LookupMany(ctx context.Context, r *mdspb.LookupManyRequest) (*mdspb.LookupManyReply, error) {
+	return serve(s, ctx, "LookupMany", r, s.handleLookupMany)
+}
+
 func (s *Server) GetAttr(ctx context.Context, r *mdspb.GetAttrRequest) (*mdspb.AttrReply, error) {
 	return serve(s, ctx, "GetAttr", r, s.handleGetAttr)
 }

@@ -1207,6 +1207,150 @@ func (x *LookupRequest) GetName() []byte {
 	return nil
 }
 
+// LookupMany: several lookups in one call, by one caller (a client
+// batches the lookups its callers make at the same time). Each answers
+// as Lookup would: its attributes, or its error as the gRPC status Lookup
+// would have failed with.
+type LookupManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lookups       []*LookupRequest       `protobuf:"bytes,1,rep,name=lookups,proto3" json:"lookups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupManyRequest) Reset() {
+	*x = LookupManyRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupManyRequest) ProtoMessage() {}
+
+func (x *LookupManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupManyRequest.ProtoReflect.Descriptor instead.
+func (*LookupManyRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LookupManyRequest) GetLookups() []*LookupRequest {
+	if x != nil {
+		return x.Lookups
+	}
+	return nil
+}
+
+type LookupResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Status        []byte                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // a google.rpc.Status, marshalled; empty: found
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupResult) Reset() {
+	*x = LookupResult{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupResult) ProtoMessage() {}
+
+func (x *LookupResult) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupResult.ProtoReflect.Descriptor instead.
+func (*LookupResult) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LookupResult) GetAttr() *Attr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
+}
+
+func (x *LookupResult) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type LookupManyReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*LookupResult        `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupManyReply) Reset() {
+	*x = LookupManyReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupManyReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupManyReply) ProtoMessage() {}
+
+func (x *LookupManyReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupManyReply.ProtoReflect.Descriptor instead.
+func (*LookupManyReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LookupManyReply) GetResults() []*LookupResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type GetAttrRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
@@ -1216,7 +1360,7 @@ type GetAttrRequest struct {
 
 func (x *GetAttrRequest) Reset() {
 	*x = GetAttrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1372,7 @@ func (x *GetAttrRequest) String() string {
 func (*GetAttrRequest) ProtoMessage() {}
 
 func (x *GetAttrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[11]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1385,7 @@ func (x *GetAttrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrRequest.ProtoReflect.Descriptor instead.
 func (*GetAttrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{11}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetAttrRequest) GetIno() uint64 {
@@ -1267,7 +1411,7 @@ type SetAttrRequest struct {
 
 func (x *SetAttrRequest) Reset() {
 	*x = SetAttrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1423,7 @@ func (x *SetAttrRequest) String() string {
 func (*SetAttrRequest) ProtoMessage() {}
 
 func (x *SetAttrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[12]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1436,7 @@ func (x *SetAttrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrRequest.ProtoReflect.Descriptor instead.
 func (*SetAttrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{12}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetAttrRequest) GetIno() uint64 {
@@ -1372,7 +1516,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1528,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[13]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1541,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{13}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateRequest) GetParent() uint64 {
@@ -1476,7 +1620,7 @@ type SymlinkRequest struct {
 
 func (x *SymlinkRequest) Reset() {
 	*x = SymlinkRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1632,7 @@ func (x *SymlinkRequest) String() string {
 func (*SymlinkRequest) ProtoMessage() {}
 
 func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[14]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1645,7 @@ func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkRequest.ProtoReflect.Descriptor instead.
 func (*SymlinkRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{14}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SymlinkRequest) GetParent() uint64 {
@@ -1548,7 +1692,7 @@ type ReadlinkReply struct {
 
 func (x *ReadlinkReply) Reset() {
 	*x = ReadlinkReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1704,7 @@ func (x *ReadlinkReply) String() string {
 func (*ReadlinkReply) ProtoMessage() {}
 
 func (x *ReadlinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[15]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1717,7 @@ func (x *ReadlinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReply.ProtoReflect.Descriptor instead.
 func (*ReadlinkReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{15}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadlinkReply) GetTarget() []byte {
@@ -1594,7 +1738,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1750,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[16]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1763,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{16}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LinkRequest) GetIno() uint64 {
@@ -1653,7 +1797,7 @@ type UnlinkRequest struct {
 
 func (x *UnlinkRequest) Reset() {
 	*x = UnlinkRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1809,7 @@ func (x *UnlinkRequest) String() string {
 func (*UnlinkRequest) ProtoMessage() {}
 
 func (x *UnlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[17]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1822,7 @@ func (x *UnlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkRequest.ProtoReflect.Descriptor instead.
 func (*UnlinkRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{17}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UnlinkRequest) GetParent() uint64 {
@@ -1705,7 +1849,7 @@ type UnlinkReply struct {
 
 func (x *UnlinkReply) Reset() {
 	*x = UnlinkReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1861,7 @@ func (x *UnlinkReply) String() string {
 func (*UnlinkReply) ProtoMessage() {}
 
 func (x *UnlinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[18]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1874,7 @@ func (x *UnlinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkReply.ProtoReflect.Descriptor instead.
 func (*UnlinkReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{18}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UnlinkReply) GetAttr() *Attr {
@@ -1758,7 +1902,7 @@ type RenameReply struct {
 
 func (x *RenameReply) Reset() {
 	*x = RenameReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1914,7 @@ func (x *RenameReply) String() string {
 func (*RenameReply) ProtoMessage() {}
 
 func (x *RenameReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[19]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1927,7 @@ func (x *RenameReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameReply.ProtoReflect.Descriptor instead.
 func (*RenameReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{19}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenameReply) GetOldParent() *Attr {
@@ -1813,7 +1957,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1969,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[20]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1982,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{20}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenameRequest) GetOldParent() uint64 {
@@ -1888,7 +2032,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2044,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[21]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2057,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{21}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadDirRequest) GetIno() uint64 {
@@ -1954,7 +2098,7 @@ type ReadDirReply struct {
 
 func (x *ReadDirReply) Reset() {
 	*x = ReadDirReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2110,7 @@ func (x *ReadDirReply) String() string {
 func (*ReadDirReply) ProtoMessage() {}
 
 func (x *ReadDirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[22]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2123,7 @@ func (x *ReadDirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirReply.ProtoReflect.Descriptor instead.
 func (*ReadDirReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{22}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadDirReply) GetEntries() []*DirEntry {
@@ -2004,7 +2148,7 @@ type StatFsRequest struct {
 
 func (x *StatFsRequest) Reset() {
 	*x = StatFsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2160,7 @@ func (x *StatFsRequest) String() string {
 func (*StatFsRequest) ProtoMessage() {}
 
 func (x *StatFsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[23]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2173,7 @@ func (x *StatFsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFsRequest.ProtoReflect.Descriptor instead.
 func (*StatFsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{23}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
 }
 
 // StatFsReply counts the space of the live OSTs, each file system once, as
@@ -2047,7 +2191,7 @@ type StatFsReply struct {
 
 func (x *StatFsReply) Reset() {
 	*x = StatFsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2203,7 @@ func (x *StatFsReply) String() string {
 func (*StatFsReply) ProtoMessage() {}
 
 func (x *StatFsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[24]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2216,7 @@ func (x *StatFsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFsReply.ProtoReflect.Descriptor instead.
 func (*StatFsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{24}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatFsReply) GetTotalBytes() uint64 {
@@ -2119,7 +2263,7 @@ type GetExtentsRequest struct {
 
 func (x *GetExtentsRequest) Reset() {
 	*x = GetExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2275,7 @@ func (x *GetExtentsRequest) String() string {
 func (*GetExtentsRequest) ProtoMessage() {}
 
 func (x *GetExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[25]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2288,7 @@ func (x *GetExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentsRequest.ProtoReflect.Descriptor instead.
 func (*GetExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{25}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetExtentsRequest) GetIno() uint64 {
@@ -2168,7 +2312,7 @@ type GetExtentsReply struct {
 
 func (x *GetExtentsReply) Reset() {
 	*x = GetExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2324,7 @@ func (x *GetExtentsReply) String() string {
 func (*GetExtentsReply) ProtoMessage() {}
 
 func (x *GetExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[26]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2337,7 @@ func (x *GetExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExtentsReply.ProtoReflect.Descriptor instead.
 func (*GetExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetExtentsReply) GetAttr() *Attr {
@@ -2231,7 +2375,7 @@ type AllocExtentsRequest struct {
 
 func (x *AllocExtentsRequest) Reset() {
 	*x = AllocExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2387,7 @@ func (x *AllocExtentsRequest) String() string {
 func (*AllocExtentsRequest) ProtoMessage() {}
 
 func (x *AllocExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[27]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2400,7 @@ func (x *AllocExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocExtentsRequest.ProtoReflect.Descriptor instead.
 func (*AllocExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{27}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AllocExtentsRequest) GetIno() uint64 {
@@ -2304,7 +2448,7 @@ type AllocExtentsReply struct {
 
 func (x *AllocExtentsReply) Reset() {
 	*x = AllocExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2460,7 @@ func (x *AllocExtentsReply) String() string {
 func (*AllocExtentsReply) ProtoMessage() {}
 
 func (x *AllocExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[28]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2473,7 @@ func (x *AllocExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocExtentsReply.ProtoReflect.Descriptor instead.
 func (*AllocExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{28}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AllocExtentsReply) GetExtents() []*Extent {
@@ -2364,7 +2508,7 @@ type CommitExtentsRequest struct {
 
 func (x *CommitExtentsRequest) Reset() {
 	*x = CommitExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2520,7 @@ func (x *CommitExtentsRequest) String() string {
 func (*CommitExtentsRequest) ProtoMessage() {}
 
 func (x *CommitExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[29]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2533,7 @@ func (x *CommitExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CommitExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{29}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommitExtentsRequest) GetIno() uint64 {
@@ -2434,7 +2578,7 @@ type FallocateRequest struct {
 
 func (x *FallocateRequest) Reset() {
 	*x = FallocateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2590,7 @@ func (x *FallocateRequest) String() string {
 func (*FallocateRequest) ProtoMessage() {}
 
 func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[30]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2603,7 @@ func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FallocateRequest.ProtoReflect.Descriptor instead.
 func (*FallocateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{30}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FallocateRequest) GetIno() uint64 {
@@ -2510,7 +2654,7 @@ type RegisterOstRequest struct {
 
 func (x *RegisterOstRequest) Reset() {
 	*x = RegisterOstRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2666,7 @@ func (x *RegisterOstRequest) String() string {
 func (*RegisterOstRequest) ProtoMessage() {}
 
 func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[31]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2679,7 @@ func (x *RegisterOstRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstRequest.ProtoReflect.Descriptor instead.
 func (*RegisterOstRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{31}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterOstRequest) GetUuid() string {
@@ -2585,7 +2729,7 @@ type RegisterOstReply struct {
 
 func (x *RegisterOstReply) Reset() {
 	*x = RegisterOstReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2741,7 @@ func (x *RegisterOstReply) String() string {
 func (*RegisterOstReply) ProtoMessage() {}
 
 func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[32]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2754,7 @@ func (x *RegisterOstReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterOstReply.ProtoReflect.Descriptor instead.
 func (*RegisterOstReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{32}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RegisterOstReply) GetId() uint32 {
@@ -2642,7 +2786,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2798,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[33]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2811,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{33}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HeartbeatRequest) GetId() uint32 {
@@ -2727,7 +2871,7 @@ type ListOstsRequest struct {
 
 func (x *ListOstsRequest) Reset() {
 	*x = ListOstsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2883,7 @@ func (x *ListOstsRequest) String() string {
 func (*ListOstsRequest) ProtoMessage() {}
 
 func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[34]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2896,7 @@ func (x *ListOstsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsRequest.ProtoReflect.Descriptor instead.
 func (*ListOstsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{34}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
 }
 
 type ListOstsReply struct {
@@ -2772,7 +2916,7 @@ type ListOstsReply struct {
 
 func (x *ListOstsReply) Reset() {
 	*x = ListOstsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2928,7 @@ func (x *ListOstsReply) String() string {
 func (*ListOstsReply) ProtoMessage() {}
 
 func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[35]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2941,7 @@ func (x *ListOstsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOstsReply.ProtoReflect.Descriptor instead.
 func (*ListOstsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{35}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListOstsReply) GetOsts() []*OstInfo {
@@ -2833,7 +2977,7 @@ type SetXattrRequest struct {
 
 func (x *SetXattrRequest) Reset() {
 	*x = SetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2989,7 @@ func (x *SetXattrRequest) String() string {
 func (*SetXattrRequest) ProtoMessage() {}
 
 func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[36]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +3002,7 @@ func (x *SetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattrRequest.ProtoReflect.Descriptor instead.
 func (*SetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{36}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetXattrRequest) GetIno() uint64 {
@@ -2899,7 +3043,7 @@ type GetXattrRequest struct {
 
 func (x *GetXattrRequest) Reset() {
 	*x = GetXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3055,7 @@ func (x *GetXattrRequest) String() string {
 func (*GetXattrRequest) ProtoMessage() {}
 
 func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[37]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3068,7 @@ func (x *GetXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrRequest.ProtoReflect.Descriptor instead.
 func (*GetXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{37}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetXattrRequest) GetIno() uint64 {
@@ -2950,7 +3094,7 @@ type GetXattrReply struct {
 
 func (x *GetXattrReply) Reset() {
 	*x = GetXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3106,7 @@ func (x *GetXattrReply) String() string {
 func (*GetXattrReply) ProtoMessage() {}
 
 func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[38]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3119,7 @@ func (x *GetXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReply.ProtoReflect.Descriptor instead.
 func (*GetXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{38}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetXattrReply) GetValue() []byte {
@@ -2994,7 +3138,7 @@ type ListXattrRequest struct {
 
 func (x *ListXattrRequest) Reset() {
 	*x = ListXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3150,7 @@ func (x *ListXattrRequest) String() string {
 func (*ListXattrRequest) ProtoMessage() {}
 
 func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[39]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3163,7 @@ func (x *ListXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrRequest.ProtoReflect.Descriptor instead.
 func (*ListXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{39}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListXattrRequest) GetIno() uint64 {
@@ -3038,7 +3182,7 @@ type ListXattrReply struct {
 
 func (x *ListXattrReply) Reset() {
 	*x = ListXattrReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3194,7 @@ func (x *ListXattrReply) String() string {
 func (*ListXattrReply) ProtoMessage() {}
 
 func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[40]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3207,7 @@ func (x *ListXattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReply.ProtoReflect.Descriptor instead.
 func (*ListXattrReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{40}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListXattrReply) GetNames() [][]byte {
@@ -3083,7 +3227,7 @@ type RemoveXattrRequest struct {
 
 func (x *RemoveXattrRequest) Reset() {
 	*x = RemoveXattrRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3239,7 @@ func (x *RemoveXattrRequest) String() string {
 func (*RemoveXattrRequest) ProtoMessage() {}
 
 func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[41]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3252,7 @@ func (x *RemoveXattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattrRequest.ProtoReflect.Descriptor instead.
 func (*RemoveXattrRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{41}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveXattrRequest) GetIno() uint64 {
@@ -3136,7 +3280,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3292,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[42]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3305,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{42}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OpenSessionRequest) GetClient() string {
@@ -3195,7 +3339,7 @@ type OpenSessionReply struct {
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3351,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[43]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3364,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{43}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *OpenSessionReply) GetSession() uint64 {
@@ -3247,7 +3391,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3403,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[44]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3416,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{44}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SessionRequest) GetSession() uint64 {
@@ -3291,7 +3435,7 @@ type KeepAliveReply struct {
 
 func (x *KeepAliveReply) Reset() {
 	*x = KeepAliveReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3447,7 @@ func (x *KeepAliveReply) String() string {
 func (*KeepAliveReply) ProtoMessage() {}
 
 func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[45]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3460,7 @@ func (x *KeepAliveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveReply.ProtoReflect.Descriptor instead.
 func (*KeepAliveReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{45}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KeepAliveReply) GetLeaseMs() int64 {
@@ -3341,7 +3485,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3497,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[46]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3510,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{46}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *OpenRequest) GetSession() uint64 {
@@ -3402,7 +3546,7 @@ type OpenReply struct {
 
 func (x *OpenReply) Reset() {
 	*x = OpenReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3558,7 @@ func (x *OpenReply) String() string {
 func (*OpenReply) ProtoMessage() {}
 
 func (x *OpenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[47]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3571,7 @@ func (x *OpenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenReply.ProtoReflect.Descriptor instead.
 func (*OpenReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{47}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *OpenReply) GetHandle() uint64 {
@@ -3468,7 +3612,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3624,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[48]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3637,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{48}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReleaseRequest) GetSession() uint64 {
@@ -3525,7 +3669,7 @@ type FileLock struct {
 
 func (x *FileLock) Reset() {
 	*x = FileLock{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3681,7 @@ func (x *FileLock) String() string {
 func (*FileLock) ProtoMessage() {}
 
 func (x *FileLock) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[49]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3694,7 @@ func (x *FileLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLock.ProtoReflect.Descriptor instead.
 func (*FileLock) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{49}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FileLock) GetKind() LockKind {
@@ -3603,7 +3747,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3615,7 +3759,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[50]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3628,7 +3772,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{50}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LockRequest) GetSession() uint64 {
@@ -3669,7 +3813,7 @@ type SetLockReply struct {
 
 func (x *SetLockReply) Reset() {
 	*x = SetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3825,7 @@ func (x *SetLockReply) String() string {
 func (*SetLockReply) ProtoMessage() {}
 
 func (x *SetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[51]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +3838,7 @@ func (x *SetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockReply.ProtoReflect.Descriptor instead.
 func (*SetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{51}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetLockReply) GetGranted() bool {
@@ -3720,7 +3864,7 @@ type GetLockReply struct {
 
 func (x *GetLockReply) Reset() {
 	*x = GetLockReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3732,7 +3876,7 @@ func (x *GetLockReply) String() string {
 func (*GetLockReply) ProtoMessage() {}
 
 func (x *GetLockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[52]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3745,7 +3889,7 @@ func (x *GetLockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLockReply.ProtoReflect.Descriptor instead.
 func (*GetLockReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{52}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetLockReply) GetConflict() *FileLock {
@@ -3769,7 +3913,7 @@ type CloneRange struct {
 
 func (x *CloneRange) Reset() {
 	*x = CloneRange{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +3925,7 @@ func (x *CloneRange) String() string {
 func (*CloneRange) ProtoMessage() {}
 
 func (x *CloneRange) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[53]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +3938,7 @@ func (x *CloneRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneRange.ProtoReflect.Descriptor instead.
 func (*CloneRange) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{53}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CloneRange) GetSrcOff() uint64 {
@@ -3838,7 +3982,7 @@ type CloneExtentsRequest struct {
 
 func (x *CloneExtentsRequest) Reset() {
 	*x = CloneExtentsRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +3994,7 @@ func (x *CloneExtentsRequest) String() string {
 func (*CloneExtentsRequest) ProtoMessage() {}
 
 func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[54]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4007,7 @@ func (x *CloneExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsRequest.ProtoReflect.Descriptor instead.
 func (*CloneExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{54}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CloneExtentsRequest) GetSrcIno() uint64 {
@@ -3905,7 +4049,7 @@ type CloneExtentsReply struct {
 
 func (x *CloneExtentsReply) Reset() {
 	*x = CloneExtentsReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4061,7 @@ func (x *CloneExtentsReply) String() string {
 func (*CloneExtentsReply) ProtoMessage() {}
 
 func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[55]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4074,7 @@ func (x *CloneExtentsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneExtentsReply.ProtoReflect.Descriptor instead.
 func (*CloneExtentsReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{55}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CloneExtentsReply) GetAttr() *Attr {
@@ -3966,7 +4110,7 @@ type SetLayoutRequest struct {
 
 func (x *SetLayoutRequest) Reset() {
 	*x = SetLayoutRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4122,7 @@ func (x *SetLayoutRequest) String() string {
 func (*SetLayoutRequest) ProtoMessage() {}
 
 func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[56]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4135,7 @@ func (x *SetLayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLayoutRequest.ProtoReflect.Descriptor instead.
 func (*SetLayoutRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{56}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetLayoutRequest) GetIno() uint64 {
@@ -4023,7 +4167,7 @@ type SetOstStateRequest struct {
 
 func (x *SetOstStateRequest) Reset() {
 	*x = SetOstStateRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4035,7 +4179,7 @@ func (x *SetOstStateRequest) String() string {
 func (*SetOstStateRequest) ProtoMessage() {}
 
 func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[57]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4048,7 +4192,7 @@ func (x *SetOstStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOstStateRequest.ProtoReflect.Descriptor instead.
 func (*SetOstStateRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{57}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetOstStateRequest) GetId() uint32 {
@@ -4086,7 +4230,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4242,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[58]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4255,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{58}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StartJobRequest) GetKind() string {
@@ -4159,7 +4303,7 @@ type JobRequest struct {
 
 func (x *JobRequest) Reset() {
 	*x = JobRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4171,7 +4315,7 @@ func (x *JobRequest) String() string {
 func (*JobRequest) ProtoMessage() {}
 
 func (x *JobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[59]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4184,7 +4328,7 @@ func (x *JobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRequest.ProtoReflect.Descriptor instead.
 func (*JobRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{59}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *JobRequest) GetKind() string {
@@ -4241,7 +4385,7 @@ type AdminJob struct {
 
 func (x *AdminJob) Reset() {
 	*x = AdminJob{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4253,7 +4397,7 @@ func (x *AdminJob) String() string {
 func (*AdminJob) ProtoMessage() {}
 
 func (x *AdminJob) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[60]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4266,7 +4410,7 @@ func (x *AdminJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminJob.ProtoReflect.Descriptor instead.
 func (*AdminJob) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{60}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AdminJob) GetKind() string {
@@ -4437,7 +4581,7 @@ type ChunkMove struct {
 
 func (x *ChunkMove) Reset() {
 	*x = ChunkMove{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4449,7 +4593,7 @@ func (x *ChunkMove) String() string {
 func (*ChunkMove) ProtoMessage() {}
 
 func (x *ChunkMove) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[61]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4462,7 +4606,7 @@ func (x *ChunkMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkMove.ProtoReflect.Descriptor instead.
 func (*ChunkMove) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{61}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ChunkMove) GetExtent() uint64 {
@@ -4514,7 +4658,7 @@ type OstLoad struct {
 
 func (x *OstLoad) Reset() {
 	*x = OstLoad{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +4670,7 @@ func (x *OstLoad) String() string {
 func (*OstLoad) ProtoMessage() {}
 
 func (x *OstLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[62]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +4683,7 @@ func (x *OstLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OstLoad.ProtoReflect.Descriptor instead.
 func (*OstLoad) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{62}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *OstLoad) GetId() uint32 {
@@ -4584,7 +4728,7 @@ type RebalancePlan struct {
 
 func (x *RebalancePlan) Reset() {
 	*x = RebalancePlan{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4596,7 +4740,7 @@ func (x *RebalancePlan) String() string {
 func (*RebalancePlan) ProtoMessage() {}
 
 func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[63]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4609,7 +4753,7 @@ func (x *RebalancePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancePlan.ProtoReflect.Descriptor instead.
 func (*RebalancePlan) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{63}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RebalancePlan) GetOsts() []*OstLoad {
@@ -4670,7 +4814,7 @@ type MoveRecord struct {
 
 func (x *MoveRecord) Reset() {
 	*x = MoveRecord{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4826,7 @@ func (x *MoveRecord) String() string {
 func (*MoveRecord) ProtoMessage() {}
 
 func (x *MoveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[64]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4839,7 @@ func (x *MoveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRecord.ProtoReflect.Descriptor instead.
 func (*MoveRecord) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{64}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MoveRecord) GetExtent() uint64 {
@@ -4758,7 +4902,7 @@ type BadChunk struct {
 
 func (x *BadChunk) Reset() {
 	*x = BadChunk{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4770,7 +4914,7 @@ func (x *BadChunk) String() string {
 func (*BadChunk) ProtoMessage() {}
 
 func (x *BadChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[65]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4783,7 +4927,7 @@ func (x *BadChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BadChunk.ProtoReflect.Descriptor instead.
 func (*BadChunk) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{65}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BadChunk) GetExtent() uint64 {
@@ -4838,7 +4982,7 @@ type ReportCorruptRequest struct {
 
 func (x *ReportCorruptRequest) Reset() {
 	*x = ReportCorruptRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +4994,7 @@ func (x *ReportCorruptRequest) String() string {
 func (*ReportCorruptRequest) ProtoMessage() {}
 
 func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[66]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +5007,7 @@ func (x *ReportCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCorruptRequest.ProtoReflect.Descriptor instead.
 func (*ReportCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{66}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReportCorruptRequest) GetOst() uint32 {
@@ -4890,7 +5034,7 @@ type FsckRequest struct {
 
 func (x *FsckRequest) Reset() {
 	*x = FsckRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4902,7 +5046,7 @@ func (x *FsckRequest) String() string {
 func (*FsckRequest) ProtoMessage() {}
 
 func (x *FsckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[67]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4915,7 +5059,7 @@ func (x *FsckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
 func (*FsckRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{67}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *FsckRequest) GetRepair() bool {
@@ -4946,7 +5090,7 @@ type FsckProblem struct {
 
 func (x *FsckProblem) Reset() {
 	*x = FsckProblem{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4958,7 +5102,7 @@ func (x *FsckProblem) String() string {
 func (*FsckProblem) ProtoMessage() {}
 
 func (x *FsckProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[68]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4971,7 +5115,7 @@ func (x *FsckProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckProblem.ProtoReflect.Descriptor instead.
 func (*FsckProblem) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{68}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *FsckProblem) GetKind() string {
@@ -5031,7 +5175,7 @@ type FsckReply struct {
 
 func (x *FsckReply) Reset() {
 	*x = FsckReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5043,7 +5187,7 @@ func (x *FsckReply) String() string {
 func (*FsckReply) ProtoMessage() {}
 
 func (x *FsckReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[69]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5056,7 +5200,7 @@ func (x *FsckReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckReply.ProtoReflect.Descriptor instead.
 func (*FsckReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{69}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *FsckReply) GetExtents() uint64 {
@@ -5116,7 +5260,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5128,7 +5272,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[70]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5141,7 +5285,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{70}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{73}
 }
 
 type GCReply struct {
@@ -5157,7 +5301,7 @@ type GCReply struct {
 
 func (x *GCReply) Reset() {
 	*x = GCReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5169,7 +5313,7 @@ func (x *GCReply) String() string {
 func (*GCReply) ProtoMessage() {}
 
 func (x *GCReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[71]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5182,7 +5326,7 @@ func (x *GCReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCReply.ProtoReflect.Descriptor instead.
 func (*GCReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{71}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GCReply) GetQueuedExtents() uint64 {
@@ -5243,7 +5387,7 @@ type MigrateCommitRequest struct {
 
 func (x *MigrateCommitRequest) Reset() {
 	*x = MigrateCommitRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5255,7 +5399,7 @@ func (x *MigrateCommitRequest) String() string {
 func (*MigrateCommitRequest) ProtoMessage() {}
 
 func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[72]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5268,7 +5412,7 @@ func (x *MigrateCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateCommitRequest.ProtoReflect.Descriptor instead.
 func (*MigrateCommitRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{72}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MigrateCommitRequest) GetSrcIno() uint64 {
@@ -5334,7 +5478,7 @@ type DamagedFile struct {
 
 func (x *DamagedFile) Reset() {
 	*x = DamagedFile{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5346,7 +5490,7 @@ func (x *DamagedFile) String() string {
 func (*DamagedFile) ProtoMessage() {}
 
 func (x *DamagedFile) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[73]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5359,7 +5503,7 @@ func (x *DamagedFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DamagedFile.ProtoReflect.Descriptor instead.
 func (*DamagedFile) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{73}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DamagedFile) GetIno() uint64 {
@@ -5399,7 +5543,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5411,7 +5555,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[74]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5424,7 +5568,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{74}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *HealthRequest) GetMaxFiles() uint32 {
@@ -5455,7 +5599,7 @@ type HealthReply struct {
 
 func (x *HealthReply) Reset() {
 	*x = HealthReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5467,7 +5611,7 @@ func (x *HealthReply) String() string {
 func (*HealthReply) ProtoMessage() {}
 
 func (x *HealthReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[75]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5480,7 +5624,7 @@ func (x *HealthReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReply.ProtoReflect.Descriptor instead.
 func (*HealthReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{75}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *HealthReply) GetExtents() uint64 {
@@ -5548,7 +5692,7 @@ type WideLayout struct {
 
 func (x *WideLayout) Reset() {
 	*x = WideLayout{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[76]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5560,7 +5704,7 @@ func (x *WideLayout) String() string {
 func (*WideLayout) ProtoMessage() {}
 
 func (x *WideLayout) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[76]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5573,7 +5717,7 @@ func (x *WideLayout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WideLayout.ProtoReflect.Descriptor instead.
 func (*WideLayout) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{76}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *WideLayout) GetIno() uint64 {
@@ -5634,7 +5778,7 @@ type LeaseDirRequest struct {
 
 func (x *LeaseDirRequest) Reset() {
 	*x = LeaseDirRequest{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[77]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5646,7 +5790,7 @@ func (x *LeaseDirRequest) String() string {
 func (*LeaseDirRequest) ProtoMessage() {}
 
 func (x *LeaseDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[77]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5659,7 +5803,7 @@ func (x *LeaseDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseDirRequest.ProtoReflect.Descriptor instead.
 func (*LeaseDirRequest) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{77}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LeaseDirRequest) GetSession() uint64 {
@@ -5695,7 +5839,7 @@ type LeaseEntry struct {
 
 func (x *LeaseEntry) Reset() {
 	*x = LeaseEntry{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[78]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5707,7 +5851,7 @@ func (x *LeaseEntry) String() string {
 func (*LeaseEntry) ProtoMessage() {}
 
 func (x *LeaseEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[78]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5720,7 +5864,7 @@ func (x *LeaseEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEntry.ProtoReflect.Descriptor instead.
 func (*LeaseEntry) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{78}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LeaseEntry) GetName() string {
@@ -5760,7 +5904,7 @@ type LeaseDirReply struct {
 
 func (x *LeaseDirReply) Reset() {
 	*x = LeaseDirReply{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[79]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5772,7 +5916,7 @@ func (x *LeaseDirReply) String() string {
 func (*LeaseDirReply) ProtoMessage() {}
 
 func (x *LeaseDirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[79]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5785,7 +5929,7 @@ func (x *LeaseDirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseDirReply.ProtoReflect.Descriptor instead.
 func (*LeaseDirReply) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{79}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LeaseDirReply) GetGen() uint64 {
@@ -5821,7 +5965,7 @@ type WatchUp struct {
 
 func (x *WatchUp) Reset() {
 	*x = WatchUp{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[80]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +5977,7 @@ func (x *WatchUp) String() string {
 func (*WatchUp) ProtoMessage() {}
 
 func (x *WatchUp) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[80]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +5990,7 @@ func (x *WatchUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUp.ProtoReflect.Descriptor instead.
 func (*WatchUp) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{80}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WatchUp) GetSession() uint64 {
@@ -5875,7 +6019,7 @@ type WatchDown struct {
 
 func (x *WatchDown) Reset() {
 	*x = WatchDown{}
-	mi := &file_mds_mdspb_mds_proto_msgTypes[81]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5887,7 +6031,7 @@ func (x *WatchDown) String() string {
 func (*WatchDown) ProtoMessage() {}
 
 func (x *WatchDown) ProtoReflect() protoreflect.Message {
-	mi := &file_mds_mdspb_mds_proto_msgTypes[81]
+	mi := &file_mds_mdspb_mds_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5900,7 +6044,7 @@ func (x *WatchDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDown.ProtoReflect.Descriptor instead.
 func (*WatchDown) Descriptor() ([]byte, []int) {
-	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{81}
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *WatchDown) GetDir() uint64 {
@@ -5989,7 +6133,14 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x06parent\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\";\n" +
 	"\rLookupRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name\"\"\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"J\n" +
+	"\x11LookupManyRequest\x125\n" +
+	"\alookups\x18\x01 \x03(\v2\x1b.shoal.mds.v1.LookupRequestR\alookups\"N\n" +
+	"\fLookupResult\x12&\n" +
+	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\"G\n" +
+	"\x0fLookupManyReply\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.shoal.mds.v1.LookupResultR\aresults\"\"\n" +
 	"\x0eGetAttrRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\xba\x01\n" +
 	"\x0eSetAttrRequest\x12\x10\n" +
@@ -6379,9 +6530,11 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\xd7\x18\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xa5\x19\n" +
 	"\x03Mds\x12>\n" +
-	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
+	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12L\n" +
+	"\n" +
+	"LookupMany\x12\x1f.shoal.mds.v1.LookupManyRequest\x1a\x1d.shoal.mds.v1.LookupManyReply\x12@\n" +
 	"\aGetAttr\x12\x1c.shoal.mds.v1.GetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
 	"\aSetAttr\x12\x1c.shoal.mds.v1.SetAttrRequest\x1a\x17.shoal.mds.v1.AttrReply\x12>\n" +
 	"\x06Create\x12\x1b.shoal.mds.v1.CreateRequest\x1a\x17.shoal.mds.v1.AttrReply\x12=\n" +
@@ -6442,7 +6595,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -6461,77 +6614,80 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*Empty)(nil),                // 14: shoal.mds.v1.Empty
 	(*AttrReply)(nil),            // 15: shoal.mds.v1.AttrReply
 	(*LookupRequest)(nil),        // 16: shoal.mds.v1.LookupRequest
-	(*GetAttrRequest)(nil),       // 17: shoal.mds.v1.GetAttrRequest
-	(*SetAttrRequest)(nil),       // 18: shoal.mds.v1.SetAttrRequest
-	(*CreateRequest)(nil),        // 19: shoal.mds.v1.CreateRequest
-	(*SymlinkRequest)(nil),       // 20: shoal.mds.v1.SymlinkRequest
-	(*ReadlinkReply)(nil),        // 21: shoal.mds.v1.ReadlinkReply
-	(*LinkRequest)(nil),          // 22: shoal.mds.v1.LinkRequest
-	(*UnlinkRequest)(nil),        // 23: shoal.mds.v1.UnlinkRequest
-	(*UnlinkReply)(nil),          // 24: shoal.mds.v1.UnlinkReply
-	(*RenameReply)(nil),          // 25: shoal.mds.v1.RenameReply
-	(*RenameRequest)(nil),        // 26: shoal.mds.v1.RenameRequest
-	(*ReadDirRequest)(nil),       // 27: shoal.mds.v1.ReadDirRequest
-	(*ReadDirReply)(nil),         // 28: shoal.mds.v1.ReadDirReply
-	(*StatFsRequest)(nil),        // 29: shoal.mds.v1.StatFsRequest
-	(*StatFsReply)(nil),          // 30: shoal.mds.v1.StatFsReply
-	(*GetExtentsRequest)(nil),    // 31: shoal.mds.v1.GetExtentsRequest
-	(*GetExtentsReply)(nil),      // 32: shoal.mds.v1.GetExtentsReply
-	(*AllocExtentsRequest)(nil),  // 33: shoal.mds.v1.AllocExtentsRequest
-	(*AllocExtentsReply)(nil),    // 34: shoal.mds.v1.AllocExtentsReply
-	(*CommitExtentsRequest)(nil), // 35: shoal.mds.v1.CommitExtentsRequest
-	(*FallocateRequest)(nil),     // 36: shoal.mds.v1.FallocateRequest
-	(*RegisterOstRequest)(nil),   // 37: shoal.mds.v1.RegisterOstRequest
-	(*RegisterOstReply)(nil),     // 38: shoal.mds.v1.RegisterOstReply
-	(*HeartbeatRequest)(nil),     // 39: shoal.mds.v1.HeartbeatRequest
-	(*ListOstsRequest)(nil),      // 40: shoal.mds.v1.ListOstsRequest
-	(*ListOstsReply)(nil),        // 41: shoal.mds.v1.ListOstsReply
-	(*SetXattrRequest)(nil),      // 42: shoal.mds.v1.SetXattrRequest
-	(*GetXattrRequest)(nil),      // 43: shoal.mds.v1.GetXattrRequest
-	(*GetXattrReply)(nil),        // 44: shoal.mds.v1.GetXattrReply
-	(*ListXattrRequest)(nil),     // 45: shoal.mds.v1.ListXattrRequest
-	(*ListXattrReply)(nil),       // 46: shoal.mds.v1.ListXattrReply
-	(*RemoveXattrRequest)(nil),   // 47: shoal.mds.v1.RemoveXattrRequest
-	(*OpenSessionRequest)(nil),   // 48: shoal.mds.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),     // 49: shoal.mds.v1.OpenSessionReply
-	(*SessionRequest)(nil),       // 50: shoal.mds.v1.SessionRequest
-	(*KeepAliveReply)(nil),       // 51: shoal.mds.v1.KeepAliveReply
-	(*OpenRequest)(nil),          // 52: shoal.mds.v1.OpenRequest
-	(*OpenReply)(nil),            // 53: shoal.mds.v1.OpenReply
-	(*ReleaseRequest)(nil),       // 54: shoal.mds.v1.ReleaseRequest
-	(*FileLock)(nil),             // 55: shoal.mds.v1.FileLock
-	(*LockRequest)(nil),          // 56: shoal.mds.v1.LockRequest
-	(*SetLockReply)(nil),         // 57: shoal.mds.v1.SetLockReply
-	(*GetLockReply)(nil),         // 58: shoal.mds.v1.GetLockReply
-	(*CloneRange)(nil),           // 59: shoal.mds.v1.CloneRange
-	(*CloneExtentsRequest)(nil),  // 60: shoal.mds.v1.CloneExtentsRequest
-	(*CloneExtentsReply)(nil),    // 61: shoal.mds.v1.CloneExtentsReply
-	(*SetLayoutRequest)(nil),     // 62: shoal.mds.v1.SetLayoutRequest
-	(*SetOstStateRequest)(nil),   // 63: shoal.mds.v1.SetOstStateRequest
-	(*StartJobRequest)(nil),      // 64: shoal.mds.v1.StartJobRequest
-	(*JobRequest)(nil),           // 65: shoal.mds.v1.JobRequest
-	(*AdminJob)(nil),             // 66: shoal.mds.v1.AdminJob
-	(*ChunkMove)(nil),            // 67: shoal.mds.v1.ChunkMove
-	(*OstLoad)(nil),              // 68: shoal.mds.v1.OstLoad
-	(*RebalancePlan)(nil),        // 69: shoal.mds.v1.RebalancePlan
-	(*MoveRecord)(nil),           // 70: shoal.mds.v1.MoveRecord
-	(*BadChunk)(nil),             // 71: shoal.mds.v1.BadChunk
-	(*ReportCorruptRequest)(nil), // 72: shoal.mds.v1.ReportCorruptRequest
-	(*FsckRequest)(nil),          // 73: shoal.mds.v1.FsckRequest
-	(*FsckProblem)(nil),          // 74: shoal.mds.v1.FsckProblem
-	(*FsckReply)(nil),            // 75: shoal.mds.v1.FsckReply
-	(*GCRequest)(nil),            // 76: shoal.mds.v1.GCRequest
-	(*GCReply)(nil),              // 77: shoal.mds.v1.GCReply
-	(*MigrateCommitRequest)(nil), // 78: shoal.mds.v1.MigrateCommitRequest
-	(*DamagedFile)(nil),          // 79: shoal.mds.v1.DamagedFile
-	(*HealthRequest)(nil),        // 80: shoal.mds.v1.HealthRequest
-	(*HealthReply)(nil),          // 81: shoal.mds.v1.HealthReply
-	(*WideLayout)(nil),           // 82: shoal.mds.v1.WideLayout
-	(*LeaseDirRequest)(nil),      // 83: shoal.mds.v1.LeaseDirRequest
-	(*LeaseEntry)(nil),           // 84: shoal.mds.v1.LeaseEntry
-	(*LeaseDirReply)(nil),        // 85: shoal.mds.v1.LeaseDirReply
-	(*WatchUp)(nil),              // 86: shoal.mds.v1.WatchUp
-	(*WatchDown)(nil),            // 87: shoal.mds.v1.WatchDown
+	(*LookupManyRequest)(nil),    // 17: shoal.mds.v1.LookupManyRequest
+	(*LookupResult)(nil),         // 18: shoal.mds.v1.LookupResult
+	(*LookupManyReply)(nil),      // 19: shoal.mds.v1.LookupManyReply
+	(*GetAttrRequest)(nil),       // 20: shoal.mds.v1.GetAttrRequest
+	(*SetAttrRequest)(nil),       // 21: shoal.mds.v1.SetAttrRequest
+	(*CreateRequest)(nil),        // 22: shoal.mds.v1.CreateRequest
+	(*SymlinkRequest)(nil),       // 23: shoal.mds.v1.SymlinkRequest
+	(*ReadlinkReply)(nil),        // 24: shoal.mds.v1.ReadlinkReply
+	(*LinkRequest)(nil),          // 25: shoal.mds.v1.LinkRequest
+	(*UnlinkRequest)(nil),        // 26: shoal.mds.v1.UnlinkRequest
+	(*UnlinkReply)(nil),          // 27: shoal.mds.v1.UnlinkReply
+	(*RenameReply)(nil),          // 28: shoal.mds.v1.RenameReply
+	(*RenameRequest)(nil),        // 29: shoal.mds.v1.RenameRequest
+	(*ReadDirRequest)(nil),       // 30: shoal.mds.v1.ReadDirRequest
+	(*ReadDirReply)(nil),         // 31: shoal.mds.v1.ReadDirReply
+	(*StatFsRequest)(nil),        // 32: shoal.mds.v1.StatFsRequest
+	(*StatFsReply)(nil),          // 33: shoal.mds.v1.StatFsReply
+	(*GetExtentsRequest)(nil),    // 34: shoal.mds.v1.GetExtentsRequest
+	(*GetExtentsReply)(nil),      // 35: shoal.mds.v1.GetExtentsReply
+	(*AllocExtentsRequest)(nil),  // 36: shoal.mds.v1.AllocExtentsRequest
+	(*AllocExtentsReply)(nil),    // 37: shoal.mds.v1.AllocExtentsReply
+	(*CommitExtentsRequest)(nil), // 38: shoal.mds.v1.CommitExtentsRequest
+	(*FallocateRequest)(nil),     // 39: shoal.mds.v1.FallocateRequest
+	(*RegisterOstRequest)(nil),   // 40: shoal.mds.v1.RegisterOstRequest
+	(*RegisterOstReply)(nil),     // 41: shoal.mds.v1.RegisterOstReply
+	(*HeartbeatRequest)(nil),     // 42: shoal.mds.v1.HeartbeatRequest
+	(*ListOstsRequest)(nil),      // 43: shoal.mds.v1.ListOstsRequest
+	(*ListOstsReply)(nil),        // 44: shoal.mds.v1.ListOstsReply
+	(*SetXattrRequest)(nil),      // 45: shoal.mds.v1.SetXattrRequest
+	(*GetXattrRequest)(nil),      // 46: shoal.mds.v1.GetXattrRequest
+	(*GetXattrReply)(nil),        // 47: shoal.mds.v1.GetXattrReply
+	(*ListXattrRequest)(nil),     // 48: shoal.mds.v1.ListXattrRequest
+	(*ListXattrReply)(nil),       // 49: shoal.mds.v1.ListXattrReply
+	(*RemoveXattrRequest)(nil),   // 50: shoal.mds.v1.RemoveXattrRequest
+	(*OpenSessionRequest)(nil),   // 51: shoal.mds.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),     // 52: shoal.mds.v1.OpenSessionReply
+	(*SessionRequest)(nil),       // 53: shoal.mds.v1.SessionRequest
+	(*KeepAliveReply)(nil),       // 54: shoal.mds.v1.KeepAliveReply
+	(*OpenRequest)(nil),          // 55: shoal.mds.v1.OpenRequest
+	(*OpenReply)(nil),            // 56: shoal.mds.v1.OpenReply
+	(*ReleaseRequest)(nil),       // 57: shoal.mds.v1.ReleaseRequest
+	(*FileLock)(nil),             // 58: shoal.mds.v1.FileLock
+	(*LockRequest)(nil),          // 59: shoal.mds.v1.LockRequest
+	(*SetLockReply)(nil),         // 60: shoal.mds.v1.SetLockReply
+	(*GetLockReply)(nil),         // 61: shoal.mds.v1.GetLockReply
+	(*CloneRange)(nil),           // 62: shoal.mds.v1.CloneRange
+	(*CloneExtentsRequest)(nil),  // 63: shoal.mds.v1.CloneExtentsRequest
+	(*CloneExtentsReply)(nil),    // 64: shoal.mds.v1.CloneExtentsReply
+	(*SetLayoutRequest)(nil),     // 65: shoal.mds.v1.SetLayoutRequest
+	(*SetOstStateRequest)(nil),   // 66: shoal.mds.v1.SetOstStateRequest
+	(*StartJobRequest)(nil),      // 67: shoal.mds.v1.StartJobRequest
+	(*JobRequest)(nil),           // 68: shoal.mds.v1.JobRequest
+	(*AdminJob)(nil),             // 69: shoal.mds.v1.AdminJob
+	(*ChunkMove)(nil),            // 70: shoal.mds.v1.ChunkMove
+	(*OstLoad)(nil),              // 71: shoal.mds.v1.OstLoad
+	(*RebalancePlan)(nil),        // 72: shoal.mds.v1.RebalancePlan
+	(*MoveRecord)(nil),           // 73: shoal.mds.v1.MoveRecord
+	(*BadChunk)(nil),             // 74: shoal.mds.v1.BadChunk
+	(*ReportCorruptRequest)(nil), // 75: shoal.mds.v1.ReportCorruptRequest
+	(*FsckRequest)(nil),          // 76: shoal.mds.v1.FsckRequest
+	(*FsckProblem)(nil),          // 77: shoal.mds.v1.FsckProblem
+	(*FsckReply)(nil),            // 78: shoal.mds.v1.FsckReply
+	(*GCRequest)(nil),            // 79: shoal.mds.v1.GCRequest
+	(*GCReply)(nil),              // 80: shoal.mds.v1.GCReply
+	(*MigrateCommitRequest)(nil), // 81: shoal.mds.v1.MigrateCommitRequest
+	(*DamagedFile)(nil),          // 82: shoal.mds.v1.DamagedFile
+	(*HealthRequest)(nil),        // 83: shoal.mds.v1.HealthRequest
+	(*HealthReply)(nil),          // 84: shoal.mds.v1.HealthReply
+	(*WideLayout)(nil),           // 85: shoal.mds.v1.WideLayout
+	(*LeaseDirRequest)(nil),      // 86: shoal.mds.v1.LeaseDirRequest
+	(*LeaseEntry)(nil),           // 87: shoal.mds.v1.LeaseEntry
+	(*LeaseDirReply)(nil),        // 88: shoal.mds.v1.LeaseDirReply
+	(*WatchUp)(nil),              // 89: shoal.mds.v1.WatchUp
+	(*WatchDown)(nil),            // 90: shoal.mds.v1.WatchDown
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -6543,133 +6699,138 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	8,  // 6: shoal.mds.v1.DirEntry.attr:type_name -> shoal.mds.v1.Attr
 	8,  // 7: shoal.mds.v1.AttrReply.attr:type_name -> shoal.mds.v1.Attr
 	8,  // 8: shoal.mds.v1.AttrReply.parent:type_name -> shoal.mds.v1.Attr
-	6,  // 9: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
-	8,  // 10: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
-	8,  // 11: shoal.mds.v1.UnlinkReply.parent:type_name -> shoal.mds.v1.Attr
-	8,  // 12: shoal.mds.v1.RenameReply.old_parent:type_name -> shoal.mds.v1.Attr
-	8,  // 13: shoal.mds.v1.RenameReply.new_parent:type_name -> shoal.mds.v1.Attr
-	12, // 14: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	8,  // 15: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 16: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	10, // 17: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	11, // 18: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	13, // 19: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	8,  // 20: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 21: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	4,  // 22: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	5,  // 23: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	55, // 24: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	55, // 25: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	55, // 26: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	59, // 27: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
-	8,  // 28: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 29: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
-	64, // 30: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	79, // 31: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
-	68, // 32: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	67, // 33: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	71, // 34: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	74, // 35: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
-	79, // 36: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
-	82, // 37: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
-	84, // 38: shoal.mds.v1.LeaseDirReply.entries:type_name -> shoal.mds.v1.LeaseEntry
-	16, // 39: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 40: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	18, // 41: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	19, // 42: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	19, // 43: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	20, // 44: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	17, // 45: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	22, // 46: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	23, // 47: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	23, // 48: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	26, // 49: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	27, // 50: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	29, // 51: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	31, // 52: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	33, // 53: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	35, // 54: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	36, // 55: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	37, // 56: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	39, // 57: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	40, // 58: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	42, // 59: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	43, // 60: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	45, // 61: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	47, // 62: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	48, // 63: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	50, // 64: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	50, // 65: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	52, // 66: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	54, // 67: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	56, // 68: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	56, // 69: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 70: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	60, // 71: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	62, // 72: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	63, // 73: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	64, // 74: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	65, // 75: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	65, // 76: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	64, // 77: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	73, // 78: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	76, // 79: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	72, // 80: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	78, // 81: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	80, // 82: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
-	83, // 83: shoal.mds.v1.Mds.LeaseDir:input_type -> shoal.mds.v1.LeaseDirRequest
-	86, // 84: shoal.mds.v1.Mds.Watch:input_type -> shoal.mds.v1.WatchUp
-	15, // 85: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	15, // 86: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 87: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 88: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 89: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 90: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	21, // 91: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 92: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	24, // 93: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	24, // 94: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
-	25, // 95: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
-	28, // 96: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	30, // 97: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	32, // 98: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	34, // 99: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 100: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 101: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	38, // 102: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 103: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	41, // 104: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 105: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	44, // 106: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	46, // 107: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 108: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	49, // 109: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	51, // 110: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 111: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	53, // 112: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 113: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	57, // 114: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	58, // 115: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 116: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	61, // 117: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 118: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 119: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	66, // 120: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	66, // 121: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	66, // 122: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	69, // 123: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	75, // 124: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	77, // 125: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 126: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 127: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	81, // 128: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
-	85, // 129: shoal.mds.v1.Mds.LeaseDir:output_type -> shoal.mds.v1.LeaseDirReply
-	87, // 130: shoal.mds.v1.Mds.Watch:output_type -> shoal.mds.v1.WatchDown
-	85, // [85:131] is the sub-list for method output_type
-	39, // [39:85] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	16, // 9: shoal.mds.v1.LookupManyRequest.lookups:type_name -> shoal.mds.v1.LookupRequest
+	8,  // 10: shoal.mds.v1.LookupResult.attr:type_name -> shoal.mds.v1.Attr
+	18, // 11: shoal.mds.v1.LookupManyReply.results:type_name -> shoal.mds.v1.LookupResult
+	6,  // 12: shoal.mds.v1.CreateRequest.layout:type_name -> shoal.mds.v1.Layout
+	8,  // 13: shoal.mds.v1.UnlinkReply.attr:type_name -> shoal.mds.v1.Attr
+	8,  // 14: shoal.mds.v1.UnlinkReply.parent:type_name -> shoal.mds.v1.Attr
+	8,  // 15: shoal.mds.v1.RenameReply.old_parent:type_name -> shoal.mds.v1.Attr
+	8,  // 16: shoal.mds.v1.RenameReply.new_parent:type_name -> shoal.mds.v1.Attr
+	12, // 17: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
+	8,  // 18: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 19: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	10, // 20: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	11, // 21: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	13, // 22: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	8,  // 23: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 24: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	4,  // 25: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	5,  // 26: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	58, // 27: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	58, // 28: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	58, // 29: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	62, // 30: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	8,  // 31: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 32: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
+	67, // 33: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	82, // 34: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
+	71, // 35: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	70, // 36: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	74, // 37: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	77, // 38: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	82, // 39: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
+	85, // 40: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
+	87, // 41: shoal.mds.v1.LeaseDirReply.entries:type_name -> shoal.mds.v1.LeaseEntry
+	16, // 42: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 43: shoal.mds.v1.Mds.LookupMany:input_type -> shoal.mds.v1.LookupManyRequest
+	20, // 44: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	21, // 45: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	22, // 46: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	22, // 47: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	23, // 48: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	20, // 49: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	25, // 50: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	26, // 51: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	26, // 52: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	29, // 53: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	30, // 54: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	32, // 55: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	34, // 56: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	36, // 57: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	38, // 58: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	39, // 59: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	40, // 60: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	42, // 61: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	43, // 62: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	45, // 63: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	46, // 64: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	48, // 65: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	50, // 66: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	51, // 67: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	53, // 68: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	53, // 69: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	55, // 70: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	57, // 71: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	59, // 72: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	59, // 73: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 74: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	63, // 75: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	65, // 76: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	66, // 77: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	67, // 78: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	68, // 79: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	68, // 80: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	67, // 81: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	76, // 82: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	79, // 83: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	75, // 84: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	81, // 85: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	83, // 86: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	86, // 87: shoal.mds.v1.Mds.LeaseDir:input_type -> shoal.mds.v1.LeaseDirRequest
+	89, // 88: shoal.mds.v1.Mds.Watch:input_type -> shoal.mds.v1.WatchUp
+	15, // 89: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	19, // 90: shoal.mds.v1.Mds.LookupMany:output_type -> shoal.mds.v1.LookupManyReply
+	15, // 91: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 92: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 93: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 94: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 95: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	24, // 96: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 97: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	27, // 98: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	27, // 99: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
+	28, // 100: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
+	31, // 101: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	33, // 102: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	35, // 103: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	37, // 104: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 105: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 106: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	41, // 107: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 108: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	44, // 109: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 110: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	47, // 111: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	49, // 112: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 113: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	52, // 114: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	54, // 115: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 116: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	56, // 117: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 118: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	60, // 119: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	61, // 120: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 121: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	64, // 122: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 123: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 124: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	69, // 125: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	69, // 126: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	69, // 127: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	72, // 128: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	78, // 129: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	80, // 130: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 131: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 132: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	84, // 133: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	88, // 134: shoal.mds.v1.Mds.LeaseDir:output_type -> shoal.mds.v1.LeaseDirReply
+	90, // 135: shoal.mds.v1.Mds.Watch:output_type -> shoal.mds.v1.WatchDown
+	89, // [89:136] is the sub-list for method output_type
+	42, // [42:89] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -6683,7 +6844,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   82,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Mds_Lookup_FullMethodName        = "/shoal.mds.v1.Mds/Lookup"
+	Mds_LookupMany_FullMethodName    = "/shoal.mds.v1.Mds/LookupMany"
 	Mds_GetAttr_FullMethodName       = "/shoal.mds.v1.Mds/GetAttr"
 	Mds_SetAttr_FullMethodName       = "/shoal.mds.v1.Mds/SetAttr"
 	Mds_Create_FullMethodName        = "/shoal.mds.v1.Mds/Create"
@@ -75,6 +76,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type MdsClient interface {
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*AttrReply, error)
+	LookupMany(ctx context.Context, in *LookupManyRequest, opts ...grpc.CallOption) (*LookupManyReply, error)
 	GetAttr(ctx context.Context, in *GetAttrRequest, opts ...grpc.CallOption) (*AttrReply, error)
 	SetAttr(ctx context.Context, in *SetAttrRequest, opts ...grpc.CallOption) (*AttrReply, error)
 	Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*AttrReply, error)
@@ -144,6 +146,16 @@ func (c *mdsClient) Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AttrReply)
 	err := c.cc.Invoke(ctx, Mds_Lookup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) LookupMany(ctx context.Context, in *LookupManyRequest, opts ...grpc.CallOption) (*LookupManyReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LookupManyReply)
+	err := c.cc.Invoke(ctx, Mds_LookupMany_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -608,6 +620,7 @@ type Mds_WatchClient = grpc.BidiStreamingClient[WatchUp, WatchDown]
 // for forward compatibility.
 type MdsServer interface {
 	Lookup(context.Context, *LookupRequest) (*AttrReply, error)
+	LookupMany(context.Context, *LookupManyRequest) (*LookupManyReply, error)
 	GetAttr(context.Context, *GetAttrRequest) (*AttrReply, error)
 	SetAttr(context.Context, *SetAttrRequest) (*AttrReply, error)
 	Create(context.Context, *CreateRequest) (*AttrReply, error)
@@ -675,6 +688,9 @@ type UnimplementedMdsServer struct{}
 
 func (UnimplementedMdsServer) Lookup(context.Context, *LookupRequest) (*AttrReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lookup not implemented")
+}
+func (UnimplementedMdsServer) LookupMany(context.Context, *LookupManyRequest) (*LookupManyReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method LookupMany not implemented")
 }
 func (UnimplementedMdsServer) GetAttr(context.Context, *GetAttrRequest) (*AttrReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAttr not implemented")
@@ -846,6 +862,24 @@ func _Mds_Lookup_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MdsServer).Lookup(ctx, req.(*LookupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_LookupMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LookupManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).LookupMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_LookupMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).LookupMany(ctx, req.(*LookupManyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1659,6 +1693,10 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lookup",
 			Handler:    _Mds_Lookup_Handler,
+		},
+		{
+			MethodName: "LookupMany",
+			Handler:    _Mds_LookupMany_Handler,
 		},
 		{
 			MethodName: "GetAttr",
