@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -28,6 +30,13 @@ type openFile struct {
 	// locks remembers the POSIX lock owners of this mount on the file.
 	locks fileLocks
 
+	// cmu guards cache (cache.go).
+	cmu   sync.Mutex
+	cache fileCache
+	// wrote is set by the first change through the mount: the cache is
+	// dropped then, once.
+	wrote atomic.Bool
+
 	// Guarded by Mounted.mu.
 	refs    int
 	closing chan struct{} // non-nil once the last reference is gone; closed when f is closed
@@ -36,7 +45,8 @@ type openFile struct {
 // fileHandle is the FUSE file handle of one open(2).
 type fileHandle struct {
 	of    *openFile
-	flags uint32 // open flags
+	flags uint32   // open flags
+	pt    *os.File // the cache file of a passthrough open (cache.go); nil otherwise
 }
 
 // acquire returns the open file of ino with one more reference, opening it
@@ -61,6 +71,7 @@ func (m *Mounted) acquire(ctx context.Context, ino uint64) (*openFile, error) {
 				m.mu.Unlock()
 			}
 			of.f, of.err = f, err
+			m.openCache(of)
 			close(of.ready)
 			return of, err
 		case of.closing != nil:
@@ -165,6 +176,7 @@ func (m *Mounted) release(ctx context.Context, of *openFile) {
 			m.log.Warn("close file", "ino", of.ino, "err", err)
 		}
 	}
+	of.closeCache()
 	m.mu.Lock()
 	if m.mu.files[of.ino] == of {
 		delete(m.mu.files, of.ino)
@@ -191,14 +203,27 @@ func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuse
 		}
 	}
 	n.opens.Add(1)
-	return &fileHandle{of: of, flags: flags}, 0, 0
+	return n.m.openHandle(ctx, of, flags), 0, 0
 }
 
 // handleOf returns the open file behind a FUSE file handle, or nil when f
 // is not a file handle of this package.
 func handleOf(f gofs.FileHandle) *fileHandle {
-	h, _ := f.(*fileHandle)
-	return h
+	switch h := f.(type) {
+	case *fileHandle:
+		return h
+	case *ptHandle:
+		return &h.fileHandle
+	}
+	return nil
+}
+
+// noteWrite drops the cached copy of of's file at its first change
+// through the mount.
+func (m *Mounted) noteWrite(of *openFile) {
+	if m.o.Cache != nil && !of.wrote.Swap(true) {
+		m.invalidateCache(of, of.ino)
+	}
 }
 
 // Read reads from the shared client File; bytes written through this
@@ -209,7 +234,7 @@ func (n *node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int
 	if h == nil {
 		return nil, syscall.EBADF
 	}
-	nr, err := h.of.f.ReadAt(ctx, dest, off)
+	nr, err := n.m.readCached(ctx, h, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.m.errno("read", n.ino(), err)
 	}
@@ -231,6 +256,7 @@ func (n *node) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off
 	if h == nil {
 		return 0, syscall.EBADF
 	}
+	n.m.noteWrite(h.of)
 	if h.flags&syscall.O_APPEND != 0 && !pageWrite {
 		h.of.appendMu.Lock()
 		defer h.of.appendMu.Unlock()
@@ -308,6 +334,9 @@ func (n *node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 			}
 		}
 		n.opens.Add(-1)
+		if n.m.deferRelease(ctx, h.of) {
+			return 0 // lockRaw.Release closes it (cache.go)
+		}
 		// RELEASE cannot be interrupted and its result reaches nobody:
 		// close with a context that outlives it.
 		n.m.release(context.WithoutCancel(ctx), h.of)
@@ -333,6 +362,7 @@ func (n *node) Allocate(ctx context.Context, f gofs.FileHandle, off uint64, size
 	if end < off || end > uint64(client.MaxFileSize) {
 		return syscall.EFBIG
 	}
+	n.m.noteWrite(h.of)
 	switch mode {
 	case 0:
 		if int64(end) <= h.of.f.Size() {
@@ -406,6 +436,7 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 	if int64(offIn) < 0 || int64(offOut) < 0 || offOut+length < offOut || offOut+length > uint64(client.MaxFileSize) {
 		return 0, syscall.EFBIG
 	}
+	n.m.noteWrite(dst.of)
 	copied, err := n.m.c.CopyRange(ctx, in.of.f, int64(offIn), dst.of.f, int64(offOut), int64(length))
 	if err != nil {
 		return 0, n.m.errno("copy_file_range", n.ino(), err)

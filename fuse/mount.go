@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/client/cache"
 	"github.com/shoalfs/shoal/internal/errs"
 )
 
@@ -61,6 +62,16 @@ type Options struct {
 	// latencies and errors by operation, bytes read and written. nil:
 	// none are kept.
 	Registry prometheus.Registerer
+	// Cache, when set, is the node-local read cache (docs/fuse.md,
+	// "Node-local cache"): files read through the mount are kept there,
+	// and read-only opens of complete ones are served by the kernel
+	// (FUSE passthrough) where it can. The mount does not close it.
+	Cache *cache.Cache
+	// CacheNoPassthrough serves cached files from the daemon only: the
+	// kernel refuses an open for writing of a file it has open through
+	// passthrough (EIO), which a node that writes files it also reads
+	// may not want.
+	CacheNoPassthrough bool
 }
 
 func (o *Options) setDefaults() error {
@@ -110,7 +121,11 @@ type Mounted struct {
 	// pageWrites holds the cancel channels of WRITE requests that write
 	// back page-cache pages (locks.go's lockRaw.Write).
 	pageWrites sync.Map
-	cleanOnce  sync.Once
+	// releases holds, by cancel channel, the slot of a RELEASE request
+	// being served where the node's Release leaves its open file to
+	// close (cache.go).
+	releases  sync.Map
+	cleanOnce sync.Once
 
 	mu struct {
 		sync.Mutex
@@ -153,7 +168,7 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 		EnableLocks:   true, // flock and fcntl locks go to the MDS (locks.go)
 		Options:       []string{"default_permissions"},
 		// go-fuse offers kernel passthrough by default; Shoal serves every
-		// byte itself.
+		// byte itself, but for files complete in its cache (below).
 		DisabledCapabilities: gofuse.CAP_PASSTHROUGH,
 		// Splice only helps data that sits in a file; read replies are in
 		// memory here, and a 1 MiB reply plus its header does not fit the
@@ -166,6 +181,9 @@ func Mount(ctx context.Context, mountpoint string, o Options) (*Mounted, error) 
 		// warnings otherwise) go to Logger rather than to the standard
 		// logger.
 		Logger: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	if o.Cache != nil {
+		mopts.DisabledCapabilities = 0
 	}
 	if o.Debug {
 		mopts.Logger = slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)
@@ -310,6 +328,7 @@ func (m *Mounted) closeAll() {
 				m.log.Warn("close at unmount", "ino", of.ino, "err", err)
 			}
 		}
+		of.closeCache()
 		close(of.closing)
 	}
 }

@@ -265,12 +265,14 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *gofuse.SetAtt
 			return syscall.EFBIG
 		}
 		if of != nil {
+			n.m.noteWrite(of)
 			ta, err := of.f.TruncateAttr(ctx, int64(size))
 			if err != nil {
 				return n.m.errno("truncate", ino, err)
 			}
 			truncated = ta
 		} else {
+			n.m.invalidateCache(nil, ino)
 			set(client.SetSize)
 			req.Size = size
 		}
@@ -323,6 +325,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.m.errno("create", a.Ino, err)
 	}
+	n.m.noteWrite(of)
 	if !excl && flags&syscall.O_TRUNC != 0 && of.f.Size() > 0 {
 		if err := of.f.Truncate(ctx, 0); err != nil {
 			n.m.release(ctx, of)

@@ -1,0 +1,193 @@
+package fuse
+
+// The node-local read cache's hooks (docs/fuse.md, "Node-local cache"):
+// an open file of the mount that has written nothing reads through its
+// cache.Handle; a read-only open of a file complete in the cache is handed
+// to the kernel (FUSE passthrough), which then reads the cache file
+// itself. Any write through the mount drops the cached copy and stops the
+// open file from using the cache.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shoalfs/shoal/client/cache"
+)
+
+// fileCache is an open file's use of the cache. Its fields are guarded
+// by openFile.cmu.
+type fileCache struct {
+	h *cache.Handle // nil: reads go to the cluster
+	// pt is the complete, checked cache file the kernel reads for this
+	// open file's passthrough opens; set by the first such open and kept
+	// until the open file closes, since every later open of the inode
+	// must name the same backing file while the kernel has one.
+	pt *os.File
+}
+
+// ptHandle is the handle of a read-only open of a file complete in the
+// cache: go-fuse registers its file as the kernel's backing file.
+type ptHandle struct {
+	fileHandle
+}
+
+var _ gofs.FilePassthroughFder = (*ptHandle)(nil)
+
+// PassthroughFd returns the cache file for the kernel's passthrough.
+func (h *ptHandle) PassthroughFd() (int, bool) {
+	if h.pt == nil {
+		return 0, false
+	}
+	return int(h.pt.Fd()), true
+}
+
+// openCache starts the open file's use of the cache, right after it was
+// opened from the MDS.
+func (m *Mounted) openCache(of *openFile) {
+	if m.o.Cache == nil || of.f == nil {
+		return
+	}
+	v, size, ok := of.f.ContentVersion()
+	if !ok || size == 0 {
+		return
+	}
+	of.cmu.Lock()
+	of.cache.h = m.o.Cache.Open(of.ino, v, size)
+	of.cmu.Unlock()
+}
+
+// closeCache ends the open file's use of the cache, as it closes.
+func (of *openFile) closeCache() {
+	of.cmu.Lock()
+	defer of.cmu.Unlock()
+	if of.cache.h != nil {
+		of.cache.h.Release()
+		of.cache.h = nil
+	}
+	if of.cache.pt != nil {
+		of.cache.pt.Close()
+		of.cache.pt = nil
+	}
+}
+
+// invalidateCache drops the cached copy of ino: the file is written
+// through this mount (a write, truncate, fallocate, clone into it, or an
+// open for writing). of may be nil.
+func (m *Mounted) invalidateCache(of *openFile, ino uint64) {
+	if m.o.Cache == nil {
+		return
+	}
+	if of != nil {
+		of.cmu.Lock()
+		h := of.cache.h
+		of.cache.h = nil
+		of.cmu.Unlock()
+		if h != nil {
+			h.Disable()
+			h.Release()
+			return
+		}
+	}
+	m.o.Cache.Invalidate(ino)
+}
+
+// openHandle returns the handle of an open of of with flags: a
+// passthrough handle for a read-only open of a file complete (and
+// checked) in the cache, else a plain one.
+func (m *Mounted) openHandle(ctx context.Context, of *openFile, flags uint32) gofs.FileHandle {
+	fh := fileHandle{of: of, flags: flags}
+	if m.o.Cache == nil {
+		return &fh
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		m.invalidateCache(of, of.ino)
+		return &fh
+	}
+	of.cmu.Lock()
+	defer of.cmu.Unlock()
+	if of.cache.pt == nil && of.cache.h != nil && !m.o.CacheNoPassthrough && of.cache.h.Complete(ctx) {
+		f, err := of.cache.h.OpenData()
+		if err != nil {
+			m.log.Debug("open cache file for passthrough", "ino", of.ino, "err", err)
+			return &fh
+		}
+		of.cache.pt = f
+	}
+	if of.cache.pt == nil {
+		return &fh
+	}
+	fh.pt = of.cache.pt
+	return &ptHandle{fileHandle: fh}
+}
+
+// readCached serves a read of h: from the passthrough file when the kernel
+// did not take it (no passthrough here), from the cache, or from the
+// cluster.
+func (m *Mounted) readCached(ctx context.Context, h *fileHandle, dest []byte, off int64) (int, error) {
+	if h.pt != nil {
+		n, err := h.pt.ReadAt(dest, off)
+		if err == nil || errors.Is(err, io.EOF) {
+			return n, err
+		}
+		m.log.Warn("read cache file; reading from the cluster", "ino", h.of.ino, "err", err)
+	}
+	h.of.cmu.Lock()
+	ch := h.of.cache.h
+	h.of.cmu.Unlock()
+	if ch == nil {
+		return h.of.f.ReadAt(ctx, dest, off)
+	}
+	return ch.ReadAt(ctx, dest, off, h.of.f.ReadAt)
+}
+
+// Open counts the opens the kernel will serve by passthrough.
+func (r *lockRaw) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	st := r.RawFileSystem.Open(cancel, in, out)
+	if st == gofuse.OK && out.OpenFlags&gofuse.FOPEN_PASSTHROUGH != 0 && r.m.o.Cache != nil {
+		r.m.o.Cache.CountPassthroughOpen()
+	}
+	return st
+}
+
+// deferRelease reports whether the release of of belongs to lockRaw's
+// Release (after go-fuse has dropped its backing file reference), and
+// hands it over.
+func (m *Mounted) deferRelease(ctx context.Context, of *openFile) bool {
+	fc, ok := ctx.(*gofuse.Context)
+	if !ok {
+		return false
+	}
+	slot, ok := m.releases.Load(fc.Cancel)
+	if !ok {
+		return false
+	}
+	*slot.(*deferred) = deferred{of: of, ctx: context.WithoutCancel(ctx)}
+	return true
+}
+
+// releaseAfter runs the RELEASE request in, then closes the open file the
+// node's Release handed over: go-fuse unregisters the inode's backing file
+// after the node's Release returns, and a new open file of the inode must
+// not find the old one still registered (go-fuse would hand it to the
+// kernel again, with the old contents).
+func (r *lockRaw) releaseAfter(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
+	var d deferred
+	r.m.releases.Store(cancel, &d)
+	r.RawFileSystem.Release(cancel, in)
+	r.m.releases.Delete(cancel)
+	if d.of != nil {
+		r.m.release(d.ctx, d.of)
+	}
+}
+
+// deferred is an open file whose release lockRaw.Release finishes.
+type deferred struct {
+	of  *openFile
+	ctx context.Context // RELEASE's, without its cancellation
+}
