@@ -36,6 +36,7 @@ type localFlags struct {
 	mdsWait                          time.Duration
 	worker                           workerFlags // the MDS's administration worker (servers.go)
 	scrub                            scrubFlags  // the OSTs' background scrub (servers.go)
+	cache                            cacheFlags  // the mount's node-local read cache (cache.go)
 }
 
 func newLocalCmd(g *globals) *cobra.Command {
@@ -71,6 +72,7 @@ uses the same addresses again (the group knows its members by them).`,
 	}
 	cmd.Flags().StringVar(&f.dir, "dir", "./shoal-data", "directory holding the MDS database and the OSTs")
 	cmd.Flags().StringVar(&f.mount, "mount", "", "mount point (empty: do not mount)")
+	addCacheFlags(cmd, &f.cache)
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:0", "MDS address (port 0 picks one)")
 	cmd.Flags().StringVar(&f.metrics, "metrics", "", "address to serve Prometheus /metrics and /debug/pprof on (empty: off)")
 	cmd.Flags().IntVar(&f.osts, "osts", 6, "number of OSTs")
@@ -256,8 +258,15 @@ func runLocal(g *globals, f *localFlags) (err error) {
 		return err
 	}
 	defer c.Close()
+	ca, err := f.cache.open(ctx, c, log, prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg))
+	if err != nil {
+		return err
+	}
+	if ca != nil {
+		defer ca.Close()
+	}
 	mnt, err := fuse.Mount(ctx, f.mount, fuse.Options{Client: c, Logger: log.With("proc", "fuse"), Debug: f.debug, AllowOther: f.allowOther, FsName: mountSource(mdsAddr),
-		Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "fuse"}, reg)})
+		Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "fuse"}, reg), Cache: ca, CacheNoPassthrough: f.cache.noPassthrough})
 	if err != nil {
 		return err
 	}

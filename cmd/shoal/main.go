@@ -60,6 +60,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newMDSCmd(g), newOSTCmd(g), newMountCmd(g), newLocalCmd(g), newBenchCmd(g), newAdminCmd(g))
 	root.AddCommand(newCkptCmd(g))
 	root.AddCommand(newGPUCheckCmd(g))
+	root.AddCommand(newWarmupCmd(g), newCacheCmd(g))
 	return root
 }
 

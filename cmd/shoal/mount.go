@@ -22,6 +22,7 @@ func newMountCmd(g *globals) *cobra.Command {
 	var debug, allowOther, syncNamespace bool
 	var mdsWait time.Duration
 	var tf tlsFlags
+	var cf cacheFlags
 	cmd := &cobra.Command{
 		Use:   "mount [MOUNTPOINT]",
 		Short: "Mount a Shoal file system with FUSE",
@@ -50,7 +51,15 @@ func newMountCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther, Registry: reg, FsName: mountSource(mdsAddr)})
+			ca, err := cf.open(ctx, c, log, reg)
+			if err != nil {
+				return err
+			}
+			if ca != nil {
+				defer ca.Close()
+			}
+			m, err := fuse.Mount(ctx, mountpoint, fuse.Options{Client: c, Logger: log, Debug: debug, AllowOther: allowOther, Registry: reg, FsName: mountSource(mdsAddr),
+				Cache: ca, CacheNoPassthrough: cf.noPassthrough})
 			if err != nil {
 				return err
 			}
@@ -71,9 +80,10 @@ func newMountCmd(g *globals) *cobra.Command {
 	syncNamespaceFlag(cmd, &syncNamespace)
 	wireCompressionFlag(cmd, &wireCompression)
 	mdsWaitFlag(cmd, &mdsWait)
+	addCacheFlags(cmd, &cf)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	cmd.Flags().StringVar(&mountpoint, "mountpoint", "", "directory to mount on (instead of the MOUNTPOINT argument, for config files)")
-	return configurable(cmd, append(mountChecks(), wireCompressionCheck)...)
+	return configurable(cmd, append(mountChecks(), wireCompressionCheck, cacheChecks)...)
 }
 
 // wireCompressionFlag is --wire-compression of the commands that mount:
