@@ -4,6 +4,7 @@ the buffer protocol (through numpy.asarray, without a copy) are taken;
 nothing is ever copied here: a tensor that is not C-contiguous, not
 little-endian or of a dtype safetensors lacks is refused."""
 
+import mmap
 import sys
 
 import numpy as np
@@ -24,6 +25,8 @@ _ST_TO_NP = {v: k for k, v in _NP_TO_ST.items()}
 # torch dtype (str(dtype) without "torch.") -> safetensors dtype
 _TORCH_TO_ST = dict(_NP_TO_ST)
 _ST_TO_TORCH = {v: k for k, v in _TORCH_TO_ST.items()}
+
+_MMAP_MIN = 1 << 20
 
 ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
             "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
@@ -126,4 +129,11 @@ def empty(dtype, shape, framework):
         except (ImportError, AttributeError):
             raise InvalidArgument("dtype %s has no NumPy type here: install ml_dtypes, pass "
                                   "framework='torch', or load into= buffers of your own" % dtype) from None
-    return np.empty(shape, dtype=dt)
+    n = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+    if n < _MMAP_MIN:
+        return np.empty(shape, dtype=dt)
+    # Large arrays on anonymous mappings of their own (freed with the
+    # array): NumPy's allocator asks for transparent huge pages, whose
+    # first touch (the kernel compacting memory to find them) made loads
+    # 1.5-2x slower on a busy machine (docs/checkpoints.md, "From Python").
+    return np.frombuffer(mmap.mmap(-1, n), dtype=dt).reshape(shape)
