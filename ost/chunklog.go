@@ -38,6 +38,10 @@ const (
 	logHeaderSize = 4096        // the header block at offset 0
 	smallChunk    = 64 << 10    // larger chunks are written as files
 	logRetry      = time.Second // pause before the flusher retries after an error
+	// logIdle is how long after the last append the flusher writes the
+	// logged chunks as files (and at once when a log file is full):
+	// while small writes keep coming, they have the disk to themselves.
+	logIdle = 10 * time.Millisecond
 )
 
 // logEntry is a logged chunk not yet in files.
@@ -75,7 +79,8 @@ type chunkLog struct {
 	broken error                // a failed log write or sync: no more appends
 	closed bool
 
-	kick chan struct{} // wakes the flusher (buffered, 1)
+	kick chan struct{} // an append: the flusher waits for logIdle more (buffered, 1)
+	full chan struct{} // a log file is full: the flusher runs now (buffered, 1)
 	stop chan struct{} // closed by close
 	done chan struct{} // closed when the flusher has returned
 }
@@ -111,7 +116,7 @@ func (l *chunkLog) append(c chunkID, data []byte) bool {
 	if f.off+int64(len(rec)) > logFileSize {
 		o := l.files[1-i]
 		f.full = true
-		l.poke()
+		l.pokeFull()
 		if o.full {
 			return false // the other file is not retired yet
 		}
@@ -167,10 +172,18 @@ func (l *chunkLog) fail(err error) {
 	l.cond.Broadcast()
 }
 
-// poke wakes the flusher.
+// poke tells the flusher of an append.
 func (l *chunkLog) poke() {
 	select {
 	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pokeFull wakes the flusher at once.
+func (l *chunkLog) pokeFull() {
+	select {
+	case l.full <- struct{}{}:
 	default:
 	}
 }
@@ -262,16 +275,22 @@ func (l *chunkLog) writeOut(c chunkID) error {
 	return nil
 }
 
-// run is the flusher: it writes logged chunks as files as soon as their
-// records are durable, and retires full log files. It returns when close
-// has been called and everything is written out.
+// run is the flusher: it writes logged chunks as files once appends have
+// paused for logIdle, or a log file is full, and retires full log files.
+// It returns when close has been called and everything is written out.
 func (l *chunkLog) run() {
 	defer close(l.done)
 	var retry <-chan time.Time
+	idle := time.NewTimer(logIdle)
+	defer idle.Stop()
 	for {
 		stopping := false
 		select {
 		case <-l.kick:
+			idle.Reset(logIdle)
+			continue
+		case <-idle.C:
+		case <-l.full:
 		case <-retry:
 		case <-l.stop:
 			stopping = true

@@ -130,7 +130,7 @@ func openChunkLog(st *store) (*chunkLog, int, error) {
 	if err := st.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("ost: %w", err)
 	}
-	l := &chunkLog{st: st, table: map[chunkID]logEntry{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &chunkLog{st: st, table: map[chunkID]logEntry{}, kick: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.cond.L = &l.mu
 	fail := func(err error) (*chunkLog, int, error) {
 		for _, f := range l.files {
