@@ -20,7 +20,7 @@ import (
 
 func newBenchCmd(g *globals) *cobra.Command {
 	o := bench.Options{}
-	var size string
+	var size, cacheData string
 	var asJSON, markdown bool
 	var replicas int
 	var tf tlsFlags
@@ -45,6 +45,17 @@ $SHOAL_CA: . DIR/tls/env of a shoal local), or --insecure; the clusters
 it starts itself run --insecure. Cold reads need root to drop the kernel
 caches. See docs/performance.md.
 
+--only cache (opt-in: it writes --cache-data and --cache-files three
+times and reads it four times: much longer than a plain run) measures
+the node-local read cache: it starts a second cluster of its own,
+  shoal local --dir D/cache-cluster --mount D/cache-mnt --cache-dir D/cache-dir
+(also when --mds or --mount name an existing cluster), writes the data set
+to the disk, the run's mount and that mount, and reads it cold from the
+disk, through the mount without a cache, and twice through the one with
+(the first read fills the cache, the second is served from it). Figures
+cache.{shards,small}.read1 (target 0.95 x no cache) and .read2 (target
+0.9 x the disk). See docs/cache.md.
+
 --mds-replicas N (N > 1) compares the MDS alone: it runs the API
 workloads of --only (default meta) against two clusters started one
 after the other under --dir, "shoal local --mds-replicas 1" and
@@ -57,6 +68,9 @@ as a plain table (docs/reliability.md).`,
 				return err
 			}
 			o.Size = n
+			if o.CacheData, err = bench.ParseSize(cacheData); err != nil {
+				return fmt.Errorf("--cache-data: %w", err)
+			}
 			if o.Binary, err = os.Executable(); err != nil {
 				return err
 			}
@@ -102,7 +116,9 @@ as a plain table (docs/reliability.md).`,
 	f.IntVar(&o.Threads, "threads", 4, "big files, checkpoint shards and threads of the data workloads")
 	f.IntVar(&o.MetaThreads, "meta-threads", 16, "threads of the metadata workloads")
 	f.IntVar(&o.Files, "files", 1000, "small files, and files per metadata run")
-	f.StringVar(&o.Only, "only", "", "comma list of workload groups (big, small, meta, ckpt; ckpt-api only when named) and paths (mount, api) to run; empty: all")
+	f.StringVar(&o.Only, "only", "", "comma list of workload groups (big, small, meta, ckpt; ckpt-api, compress and cache only when named) and paths (mount, api) to run; empty: all but the named-only groups")
+	f.StringVar(&cacheData, "cache-data", "2GiB", "cache group: bytes of 64 MiB shards")
+	f.IntVar(&o.CacheFiles, "cache-files", 10_000, "cache group: small files (4-128 KiB)")
 	f.BoolVar(&o.Keep, "keep", false, "keep the baseline files and the local cluster under --dir")
 	f.BoolVar(&o.SyncNamespace, "sync-namespace", false, "start the local cluster's mount with --sync-namespace (every namespace change durable before its reply)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as a JSON array")

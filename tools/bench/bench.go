@@ -58,9 +58,16 @@ type Options struct {
 	// Files is the number of small files, and of files in each metadata
 	// run. Default 1000.
 	Files int
-	// Only selects workload groups (big, small, meta, ckpt) and paths
-	// (mount, api), comma separated; empty selects all.
+	// Only selects workload groups (big, small, meta, ckpt; ckpt-api,
+	// compress and cache only when named) and paths (mount, api), comma
+	// separated; empty selects all.
 	Only string
+	// CacheData is the size of the cache group's shards, together
+	// (cache.go). Default 2 GiB.
+	CacheData int64
+	// CacheFiles is the number of the cache group's small files. Default
+	// 10,000.
+	CacheFiles int
 	// Keep leaves the files of the run (baselines, local cluster) in Dir.
 	Keep bool
 	// SyncNamespace starts the local cluster's mount with
@@ -94,6 +101,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Files <= 0 {
 		o.Files = 1000
+	}
+	if o.CacheData <= 0 {
+		o.CacheData = 2 << 30
+	}
+	if o.CacheFiles <= 0 {
+		o.CacheFiles = 10_000
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -166,6 +179,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	o.Dir = dir
 	r := &runner{o: o, pat: newPattern(), vals: values{}, cpuAcc: map[string]*measure{}}
 	r.note("machine: %s; load average at start %s", machine(), loadAvg())
 
@@ -308,7 +322,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	for _, g := range []struct {
 		name string
 		fn   func(context.Context) error
-	}{{"big", r.big}, {"small", r.small}, {"meta", r.meta}, {"ckpt", r.ckpt}, {"ckpt-api", r.ckptAPI}, {"compress", r.compress}} {
+	}{{"big", r.big}, {"small", r.small}, {"meta", r.meta}, {"ckpt", r.ckpt}, {"ckpt-api", r.ckptAPI}, {"compress", r.compress}, {groupCache, r.cache}} {
 		if !sel.groups[g.name] {
 			continue
 		}
@@ -327,7 +341,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		r.note("FAILED: %s", f)
 	}
 	figs := append(assemble(r.vals, overhead), assembleCkptAPI(r.vals, overhead)...)
-	rep = &Report{Figures: append(figs, assembleCompress(r.vals)...), Notes: r.notes}
+	figs = append(figs, assembleCompress(r.vals)...)
+	rep = &Report{Figures: append(figs, assembleCache(r.vals)...), Notes: r.notes}
 	if len(r.failures) > 0 {
 		// The figures that were measured are still worth printing.
 		return rep, fmt.Errorf("%w: %s", ErrStepsFailed, strings.Join(r.failures, "; "))

@@ -27,11 +27,11 @@ type localCluster struct {
 }
 
 // startLocal runs `bin local --dir dir --mount mnt --osts 6 --k 4 --m 2`
-// and waits until it has written dir/mds.addr and mounted mnt. The child
+// (then extra, e.g. a cache's flags) and waits until it has written dir/mds.addr and mounted mnt. The child
 // runs in its own process group, so that a Ctrl-C on the terminal reaches
 // only the benchmark, which unmounts its files first and then stops the
 // child; it gets SIGINT if the benchmark dies.
-func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespace bool) (*localCluster, error) {
+func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespace bool, extra ...string) (*localCluster, error) {
 	if err := prepareMountPoint(mnt); err != nil {
 		return nil, err
 	}
@@ -48,6 +48,7 @@ func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespac
 	if syncNamespace {
 		args = append(args, "--sync-namespace")
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT}

@@ -276,20 +276,21 @@ type selection struct {
 }
 
 // parseOnly reads --only: a comma list of workload groups (big, small,
-// meta, ckpt) and paths (mount, api). A list that names no group selects
-// every group; one that names no path selects every path.
+// meta, ckpt; the opt-in ckpt-api, compress and cache) and paths (mount,
+// api). A list that names no group selects every group but the opt-in
+// ones; one that names no path selects every path.
 func parseOnly(s string) (selection, error) {
 	sel := selection{groups: map[string]bool{}, paths: map[string]bool{}}
 	for _, w := range strings.Split(s, ",") {
 		w = strings.ToLower(strings.TrimSpace(w))
 		switch {
 		case w == "":
-		case contains(allGroups, w), contains(optGroups, w):
+		case contains(allGroups, w), contains(optGroups, w), w == groupCache:
 			sel.groups[w] = true
 		case contains(allPaths, w):
 			sel.paths[w] = true
 		default:
-			all := append(append(append([]string{}, allGroups...), optGroups...), allPaths...)
+			all := append(append(append([]string{groupCache}, allGroups...), optGroups...), allPaths...)
 			sort.Strings(all)
 			return selection{}, fmt.Errorf("--only: unknown workload group or path %q (choose from %s)", w, strings.Join(all, ", "))
 		}
