@@ -354,7 +354,8 @@ func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
 	return err
 }
 
-// MkdirAll creates p and any missing parents.
+// MkdirAll creates p and any missing parents; a directory another client
+// makes at the same time is taken as made.
 func (c *Client) MkdirAll(ctx context.Context, p string, mode uint32) error {
 	parts, err := splitPath(p)
 	if err != nil {
@@ -364,7 +365,12 @@ func (c *Client) MkdirAll(ctx context.Context, p string, mode uint32) error {
 	for _, name := range parts {
 		a, err := c.Lookup(ctx, ino, name)
 		if err != nil {
-			if a, err = c.MkdirIn(ctx, ino, name, CreateOptions{Mode: mode}); err != nil {
+			a, err = c.MkdirIn(ctx, ino, name, CreateOptions{Mode: mode})
+			if errors.Is(err, errs.ErrExists) {
+				// Made by another client since the lookup.
+				a, err = c.Lookup(ctx, ino, name)
+			}
+			if err != nil {
 				return fmt.Errorf("mkdir %s: %w", name, err)
 			}
 		}
