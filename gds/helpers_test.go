@@ -70,6 +70,9 @@ func (c *testCluster) writeFile(t *testing.T, path string, data []byte) {
 	if err := f.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Small chunks wait in the OSTs' chunk logs for moments before their
+	// files exist (docs/ost-format.md); the local path reads the files.
+	c.FlushChunkLogs(t)
 }
 
 func randBytes(seed uint64, n int) []byte {

@@ -181,6 +181,7 @@ func TestRestoreCheckpoint(t *testing.T) {
 	if _, err := store.Save(ctx, "job", 100, shards); err != nil {
 		t.Fatal(err)
 	}
+	c.FlushChunkLogs(t) // the local path reads chunk files
 	dev := OpenHost(HostOptions{})
 	defer dev.Close()
 	r := newTestReader(t, c, dev, Options{LocalOSTs: c.localOSTs(t, 3)})
@@ -235,6 +236,7 @@ func TestRestoreCheckpointParallel(t *testing.T) {
 	if _, err := store.Save(ctx, "job", 7, shards); err != nil {
 		t.Fatal(err)
 	}
+	c.FlushChunkLogs(t) // the local path reads chunk files
 	dev := OpenHost(HostOptions{})
 	defer dev.Close()
 	r := newTestReader(t, c, dev, Options{LocalOSTs: c.localOSTs(t, 3)})
@@ -310,6 +312,7 @@ func BenchmarkRestoreCheckpoint(b *testing.B) {
 		if _, err := store.Save(ctx, "job", stepNo, shards); err != nil {
 			b.Fatal(err)
 		}
+		c.FlushChunkLogs(b)
 		for _, local := range []int{0, 6} {
 			o := Options{}
 			if local > 0 {

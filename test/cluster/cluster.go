@@ -265,6 +265,21 @@ func (c *Cluster) MDS() *mds.Server {
 // OST returns target i (0-based).
 func (c *Cluster) OST(i int) *OST { return c.osts[i] }
 
+// FlushChunkLogs writes the chunks every running OST holds in its chunk
+// log as files now (the OSTs do so within moments on their own), for
+// tests that open or damage chunk files directly.
+func (c *Cluster) FlushChunkLogs(t testing.TB) {
+	t.Helper()
+	for i, o := range c.osts {
+		if o.Server == nil {
+			continue
+		}
+		if err := o.Server.FlushChunkLog(); err != nil {
+			t.Fatalf("OST %d: %v", i, err)
+		}
+	}
+}
+
 // StartOST starts target i on its directory and address.
 func (c *Cluster) StartOST(i int) error {
 	t := c.osts[i]
