@@ -61,6 +61,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newCkptCmd(g))
 	root.AddCommand(newGPUCheckCmd(g))
 	root.AddCommand(newWarmupCmd(g), newCacheCmd(g))
+	root.AddCommand(newCSICmd(g))
 	return root
 }
 
