@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,6 +36,10 @@ func mountSource(mdsAddr string) string { return mountSourcePrefix + mdsAddr }
 type shoalMount struct {
 	point string // absolute mount point
 	mds   string // the MDS addresses it mounted; "" if its source does not say
+	// root is the directory of the file system mounted there: "/" for
+	// a mount, the volume's directory for a bind mount of one (the CSI
+	// driver's volumes in pods).
+	root string
 }
 
 // mountinfoPath is read by shoalMounts; tests point it elsewhere.
@@ -61,7 +66,7 @@ func shoalMounts() []shoalMount {
 		if len(a) < 5 || len(b) < 2 || b[0] != shoalFSType {
 			continue
 		}
-		m := shoalMount{point: unescapeMountinfo(a[4])}
+		m := shoalMount{point: unescapeMountinfo(a[4]), root: unescapeMountinfo(a[3])}
 		if src := unescapeMountinfo(b[1]); strings.HasPrefix(src, mountSourcePrefix) {
 			m.mds = strings.TrimPrefix(src, mountSourcePrefix)
 		}
@@ -128,7 +133,7 @@ func resolveFSPath(arg string) fsPath {
 	if rel == "." {
 		rel = ""
 	}
-	return fsPath{inner: "/" + filepath.ToSlash(rel), mount: best}
+	return fsPath{inner: path.Join("/", best.root, filepath.ToSlash(rel)), mount: best}
 }
 
 // under reports whether p is dir or inside it (both absolute and clean).

@@ -18,7 +18,8 @@ func TestPathsThroughMounts(t *testing.T) {
 	mnt := filepath.Join(dir, "my mnt") // a space: mountinfo writes \040
 	deep := filepath.Join(mnt, "inner")
 	other := filepath.Join(dir, "other")
-	for _, d := range []string{deep, other} {
+	pod := filepath.Join(dir, "pod") // a bind mount of a directory (a CSI volume)
+	for _, d := range []string{deep, other, pod} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -28,7 +29,8 @@ func TestPathsThroughMounts(t *testing.T) {
 90 22 0:50 / %s rw,nosuid,nodev,relatime shared:40 - fuse.shoal shoal:127.0.0.1:7700 rw,user_id=0,group_id=0
 91 90 0:51 / %s rw,relatime shared:41 - fuse.shoal shoal rw,user_id=0,group_id=0
 92 22 0:52 / %s rw,relatime shared:42 - fuse.other shoal:10.0.0.9:7700 rw
-`, stringsReplaceSpace(esc(mnt)), stringsReplaceSpace(esc(deep)), esc(other))
+93 22 0:50 /volumes/pvc-1 %s rw,relatime shared:40 - fuse.shoal shoal:127.0.0.1:7700 rw,user_id=0,group_id=0
+`, stringsReplaceSpace(esc(mnt)), stringsReplaceSpace(esc(deep)), esc(other), esc(pod))
 	mi := filepath.Join(dir, "mountinfo")
 	if err := os.WriteFile(mi, []byte(info), 0o644); err != nil {
 		t.Fatal(err)
@@ -47,6 +49,8 @@ func TestPathsThroughMounts(t *testing.T) {
 		{"other/x", "other/x", ""},     // not a Shoal mount
 		{"/ckpt/job", "/ckpt/job", ""}, // from the file system's root
 		{"/", "/", ""},
+		{"pod/ckpt", "/volumes/pvc-1/ckpt", "127.0.0.1:7700"}, // from the bound directory
+		{"pod", "/volumes/pvc-1", "127.0.0.1:7700"},
 	} {
 		p := resolveFSPath(c.arg)
 		mds := mdsFor(false, "", p)
