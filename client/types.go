@@ -119,6 +119,9 @@ type StatFs struct {
 	TotalBytes, FreeBytes uint64
 	Files                 uint64 // inodes
 	OSTsUp, OSTsTotal     int
+	// Quota is the tightest quota over the inode asked about
+	// (StatFsIno), nil when none or not asked.
+	Quota *Quota
 }
 
 // LockKind says who owns a lock: LockPOSIX or LockFlock.

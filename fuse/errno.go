@@ -36,6 +36,8 @@ var errnoTable = []struct {
 	{errs.ErrNoData, syscall.ENODATA},
 	{errs.ErrRange, syscall.ERANGE},
 	{errs.ErrArgTooBig, syscall.E2BIG},
+	{errs.ErrQuota, syscall.EDQUOT},
+	{errs.ErrCrossDevice, syscall.EXDEV},
 	{context.Canceled, syscall.EINTR},
 }
 

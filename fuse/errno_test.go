@@ -32,6 +32,8 @@ func TestToErrno(t *testing.T) {
 		errs.ErrNoData:       syscall.ENODATA,
 		errs.ErrRange:        syscall.ERANGE,
 		errs.ErrArgTooBig:    syscall.E2BIG,
+		errs.ErrQuota:        syscall.EDQUOT,
+		errs.ErrCrossDevice:  syscall.EXDEV,
 	}
 	// Every sentinel, bare and wrapped once and twice.
 	for _, s := range errs.All {

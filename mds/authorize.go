@@ -39,7 +39,8 @@ var (
 	reportCalls = []string{"ReportCorrupt"}
 	// adminCalls change the cluster, or read all of it (Health scans
 	// every extent): administrators only.
-	adminCalls = []string{"SetOstState", "StartJob", "StopJob", "PlanRebalance", "Fsck", "RunGC", "MigrateCommit", "Health"}
+	adminCalls = []string{"SetOstState", "StartJob", "StopJob", "PlanRebalance", "Fsck", "RunGC", "MigrateCommit", "Health",
+		"SetQuota", "RemoveQuota", "CheckQuotas"}
 	// peerCalls of the Raft transport: MDS members only.
 	peerCalls = []string{"Send", "Snapshot"}
 	// peerStatusCalls: members and administrators.

@@ -75,6 +75,7 @@ func TestAuthorizeRoles(t *testing.T) {
 		// Administration.
 		"SetOstState": a, "StartJob": a, "StopJob": a, "PlanRebalance": a, "Fsck": a,
 		"RunGC": a, "MigrateCommit": a, "Health": a,
+		"SetQuota": a, "RemoveQuota": a, "CheckQuotas": a, "GetQuota": c | a, "ListQuotas": c | a,
 		// Peer service.
 		"Peer.Send": m, "Peer.Snapshot": m, "Peer.Status": m | a,
 		"Peer.ChangeMember": a, "Peer.TransferLeader": a,

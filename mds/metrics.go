@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	})
 	m.collectors = []prometheus.Collector{m.ops, m.opErrors, m.opSeconds, m.extentsAllocated,
 		m.extentsCommitted, m.gcChunksDeleted, m.gcExtentsDone, up, total, sessions, locks,
-		m.allocRefused, m.narrowPlaced, m.narrowExtents, m.widenedChunks, full}
+		m.allocRefused, m.narrowPlaced, m.narrowExtents, m.widenedChunks, full, quotaCollector{s}}
 	var admin []prometheus.Collector
 	m.admin, admin = newAdminMetrics(s) // admin_metrics.go
 	m.collectors = append(m.collectors, admin...)

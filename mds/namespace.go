@@ -348,6 +348,7 @@ func (t *txn) newChild(cl caller, p *mdspb.Inode, req *mdspb.CreateRequest, mode
 	if err != nil {
 		return nil, err
 	}
+	n.Quota = quotaOf(p)
 	return n, t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, mode)
 }
 
@@ -432,6 +433,7 @@ func (s *Server) handleSymlink(ctx context.Context, req *mdspb.SymlinkRequest) (
 		if err != nil {
 			return err
 		}
+		n.Quota = quotaOf(p)
 		n.Attr.Size = uint64(len(target))
 		n.Symlink = append([]byte(nil), target...)
 		if err := t.setDentry(p.Attr.Ino, req.GetName(), n.Attr.Ino, n.Attr.Mode); err != nil {
@@ -475,6 +477,9 @@ func (s *Server) handleLink(ctx context.Context, req *mdspb.LinkRequest) (_ *mds
 			return err
 		}
 		if err := cl.check(p.Attr, mayWrite|mayExec, "link"); err != nil {
+			return err
+		}
+		if err := linkQuota(n, p); err != nil {
 			return err
 		}
 		if _, _, ok, err := t.dentry(p.Attr.Ino, req.GetNewName()); err != nil {

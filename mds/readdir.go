@@ -107,5 +107,10 @@ func (s *Server) handleStatFs(ctx context.Context, req *mdspb.StatFsRequest) (_ 
 	}
 	out.TotalBytes = rawTotal / n * k
 	out.FreeBytes = rawFree / n * k
+	if ino := req.GetIno(); ino != 0 {
+		if out.Quota, err = statQuota(s.db, ino); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }

@@ -122,6 +122,12 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 					return fmt.Errorf("rename exchange directory %d into its own subtree: %w", dstIno, errs.ErrInvalid)
 				}
 			}
+			if err := t.renameQuota(src, op, np); err != nil {
+				return err
+			}
+			if err := t.renameQuota(dst, np, op); err != nil {
+				return err
+			}
 			if err := t.setDentry(op.Attr.Ino, oldName, dstIno, dstMode); err != nil {
 				return err
 			}
@@ -165,6 +171,9 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 					return err
 				}
 			}
+		}
+		if err := t.renameQuota(src, op, np); err != nil {
+			return err
 		}
 		if err := t.delDentry(op.Attr.Ino, oldName); err != nil {
 			return err

@@ -195,3 +195,23 @@ func (s *Server) Health(ctx context.Context, r *mdspb.HealthRequest) (*mdspb.Hea
 func (s *Server) LeaseDir(ctx context.Context, r *mdspb.LeaseDirRequest) (*mdspb.LeaseDirReply, error) {
 	return serve(s, ctx, "LeaseDir", r, s.handleLeaseDir)
 }
+
+func (s *Server) SetQuota(ctx context.Context, r *mdspb.SetQuotaRequest) (*mdspb.Quota, error) {
+	return serve(s, ctx, "SetQuota", r, s.handleSetQuota)
+}
+
+func (s *Server) GetQuota(ctx context.Context, r *mdspb.QuotaRequest) (*mdspb.Quota, error) {
+	return serve(s, ctx, "GetQuota", r, s.handleGetQuota)
+}
+
+func (s *Server) RemoveQuota(ctx context.Context, r *mdspb.QuotaRequest) (*mdspb.Empty, error) {
+	return serve(s, ctx, "RemoveQuota", r, s.handleRemoveQuota)
+}
+
+func (s *Server) ListQuotas(ctx context.Context, r *mdspb.Empty) (*mdspb.ListQuotasReply, error) {
+	return serve(s, ctx, "ListQuotas", r, s.handleListQuotas)
+}
+
+func (s *Server) CheckQuotas(ctx context.Context, r *mdspb.CheckQuotasRequest) (*mdspb.CheckQuotasReply, error) {
+	return serve(s, ctx, "CheckQuotas", r, s.handleCheckQuotas)
+}

@@ -27,6 +27,12 @@ type txn struct {
 	refs    map[uint64]*refDelta
 	inoDiff int64 // change of the "inodes" counter
 
+	// quotaMode says how flush treats directory quotas (quota.go):
+	// charged and enforced (quotaEnforce, the zero value), charged only
+	// (quotaCharge: setting and removing quotas), or left alone
+	// (quotaRaw: a repair that writes usage itself).
+	quotaMode quotaMode
+
 	// reqID is the request id of the mutation (runTxn); reply
 	// is the answer it recorded for a retry (setReply), if replied.
 	reqID   string
@@ -49,6 +55,11 @@ type cachedInode struct {
 	ino     *mdspb.Inode
 	dirty   bool
 	deleted bool
+	// What the inode was before this txn, for the quota charges at
+	// flush (quota.go): whether it existed, its size and its quota.
+	existed   bool
+	origSize  uint64
+	origQuota uint64
 }
 
 // refDelta is the pending change of one extent's refcount.
@@ -78,7 +89,7 @@ func (t *txn) inode(ino uint64) (*mdspb.Inode, error) {
 	if n.Attr == nil {
 		return nil, fmt.Errorf("inode %d has no attributes: %w", ino, errs.ErrCorrupt)
 	}
-	t.inodes[ino] = &cachedInode{ino: n}
+	t.inodes[ino] = &cachedInode{ino: n, existed: true, origSize: n.Attr.Size, origQuota: n.Quota}
 	return n, nil
 }
 
@@ -204,6 +215,9 @@ func (t *txn) flush() error {
 		inos = append(inos, ino)
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	if err := t.chargeQuotas(inos); err != nil {
+		return err
+	}
 	for _, ino := range inos {
 		c := t.inodes[ino]
 		switch {
@@ -216,6 +230,11 @@ func (t *txn) flush() error {
 			}
 			if isDir(c.ino.Attr.Mode) {
 				if err := t.b.Delete(parentKey(ino), nil); err != nil {
+					return err
+				}
+			}
+			if c.ino.QuotaRoot {
+				if err := t.b.Delete(quotaKey(ino), nil); err != nil {
 					return err
 				}
 			}

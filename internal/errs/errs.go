@@ -25,6 +25,12 @@ var (
 	ErrNoData       = errors.New("no such attribute")
 	ErrRange        = errors.New("result out of range")
 	ErrArgTooBig    = errors.New("argument too big")
+	// ErrQuota: the change would pass a directory quota's limit
+	// (docs/admin.md, "Quotas").
+	ErrQuota = errors.New("disk quota exceeded")
+	// ErrCrossDevice: a link or rename the MDS will not make in place
+	// (across directory quotas); a caller may copy instead.
+	ErrCrossDevice = errors.New("invalid cross-device link")
 	// ErrNotLeader: the MDS replica is not the leader of its Raft group
 	// (or not yet serving as one); the call may be retried at the leader.
 	// A *NotLeaderError carries the leader's address when known.
@@ -36,7 +42,7 @@ var All = []error{
 	ErrNotFound, ErrExists, ErrNotEmpty, ErrNotDir, ErrIsDir, ErrInvalid,
 	ErrNameTooLong, ErrNoSpace, ErrCorrupt, ErrUnavailable, ErrStale,
 	ErrPermission, ErrNotPermitted, ErrNotSupported, ErrTooLarge, ErrLoop,
-	ErrNoData, ErrRange, ErrArgTooBig,
+	ErrNoData, ErrRange, ErrArgTooBig, ErrQuota, ErrCrossDevice,
 }
 
 // Internal lists the sentinels that stop below the client library: the MDS

@@ -53,6 +53,8 @@ var table = []entry{
 	{errs.ErrNoData, codes.NotFound, "NO_DATA"},
 	{errs.ErrRange, codes.OutOfRange, "RANGE"},
 	{errs.ErrArgTooBig, codes.InvalidArgument, "ARG_TOO_BIG"},
+	{errs.ErrQuota, codes.ResourceExhausted, "QUOTA"},
+	{errs.ErrCrossDevice, codes.FailedPrecondition, "CROSS_DEVICE"},
 	{errs.ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
 }
 

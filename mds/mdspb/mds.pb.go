@@ -621,9 +621,15 @@ func (x *Attr) GetRdev() uint32 {
 
 // Inode is the record stored in Pebble under the inode key.
 type Inode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	Symlink       []byte                 `protobuf:"bytes,2,opt,name=symlink,proto3" json:"symlink,omitempty"` // target, for symlinks only
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attr    *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Symlink []byte                 `protobuf:"bytes,2,opt,name=symlink,proto3" json:"symlink,omitempty"` // target, for symlinks only
+	// quota is the nearest directory above this inode that has a quota
+	// (0: none), the one its usage is charged to (docs/admin.md, "Quotas").
+	Quota uint64 `protobuf:"varint,3,opt,name=quota,proto3" json:"quota,omitempty"`
+	// quota_root: this directory has a quota (a "y" key with its limits
+	// and usage).
+	QuotaRoot     bool `protobuf:"varint,4,opt,name=quota_root,json=quotaRoot,proto3" json:"quota_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -670,6 +676,20 @@ func (x *Inode) GetSymlink() []byte {
 		return x.Symlink
 	}
 	return nil
+}
+
+func (x *Inode) GetQuota() uint64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
+}
+
+func (x *Inode) GetQuotaRoot() bool {
+	if x != nil {
+		return x.QuotaRoot
+	}
+	return false
 }
 
 // Extent is an immutable piece of file data striped over placement.
@@ -2140,8 +2160,11 @@ func (x *ReadDirReply) GetEof() bool {
 	return false
 }
 
+// StatFsRequest: with ino set, the reply also names the tightest quota
+// over that inode, if any (statfs on a path inside a quota directory).
 type StatFsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2176,6 +2199,13 @@ func (*StatFsRequest) Descriptor() ([]byte, []int) {
 	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{26}
 }
 
+func (x *StatFsRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 // StatFsReply counts the space of the live OSTs, each file system once, as
 // file bytes under the root directory's layout (raw bytes * k/(k+m)).
 type StatFsReply struct {
@@ -2185,6 +2215,7 @@ type StatFsReply struct {
 	Files         uint64                 `protobuf:"varint,3,opt,name=files,proto3" json:"files,omitempty"`
 	OstsUp        uint32                 `protobuf:"varint,4,opt,name=osts_up,json=ostsUp,proto3" json:"osts_up,omitempty"`
 	OstsTotal     uint32                 `protobuf:"varint,5,opt,name=osts_total,json=ostsTotal,proto3" json:"osts_total,omitempty"`
+	Quota         *Quota                 `protobuf:"bytes,6,opt,name=quota,proto3" json:"quota,omitempty"` // the tightest quota over the request's ino, if any
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2252,6 +2283,13 @@ func (x *StatFsReply) GetOstsTotal() uint32 {
 		return x.OstsTotal
 	}
 	return 0
+}
+
+func (x *StatFsReply) GetQuota() *Quota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
 }
 
 type GetExtentsRequest struct {
@@ -6061,6 +6099,479 @@ func (x *WatchDown) GetGen() uint64 {
 	return 0
 }
 
+// QuotaRecord is the value of a "y" key: a directory's limits (0:
+// unlimited) and usage.
+type QuotaRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LimitBytes    uint64                 `protobuf:"varint,1,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	LimitInodes   uint64                 `protobuf:"varint,2,opt,name=limit_inodes,json=limitInodes,proto3" json:"limit_inodes,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	UsedInodes    uint64                 `protobuf:"varint,4,opt,name=used_inodes,json=usedInodes,proto3" json:"used_inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaRecord) Reset() {
+	*x = QuotaRecord{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaRecord) ProtoMessage() {}
+
+func (x *QuotaRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaRecord.ProtoReflect.Descriptor instead.
+func (*QuotaRecord) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *QuotaRecord) GetLimitBytes() uint64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *QuotaRecord) GetLimitInodes() uint64 {
+	if x != nil {
+		return x.LimitInodes
+	}
+	return 0
+}
+
+func (x *QuotaRecord) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *QuotaRecord) GetUsedInodes() uint64 {
+	if x != nil {
+		return x.UsedInodes
+	}
+	return 0
+}
+
+// Quota is one directory's quota as the RPCs answer it.
+type Quota struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"` // from the root; "" when the MDS could not name it
+	LimitBytes    uint64                 `protobuf:"varint,3,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	LimitInodes   uint64                 `protobuf:"varint,4,opt,name=limit_inodes,json=limitInodes,proto3" json:"limit_inodes,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	UsedInodes    uint64                 `protobuf:"varint,6,opt,name=used_inodes,json=usedInodes,proto3" json:"used_inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quota) Reset() {
+	*x = Quota{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quota) ProtoMessage() {}
+
+func (x *Quota) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quota.ProtoReflect.Descriptor instead.
+func (*Quota) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *Quota) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Quota) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Quota) GetLimitBytes() uint64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *Quota) GetLimitInodes() uint64 {
+	if x != nil {
+		return x.LimitInodes
+	}
+	return 0
+}
+
+func (x *Quota) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *Quota) GetUsedInodes() uint64 {
+	if x != nil {
+		return x.UsedInodes
+	}
+	return 0
+}
+
+// SetQuotaRequest creates or changes the quota of directory ino.
+type SetQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	LimitBytes    uint64                 `protobuf:"varint,2,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	LimitInodes   uint64                 `protobuf:"varint,3,opt,name=limit_inodes,json=limitInodes,proto3" json:"limit_inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQuotaRequest) Reset() {
+	*x = SetQuotaRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQuotaRequest) ProtoMessage() {}
+
+func (x *SetQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQuotaRequest.ProtoReflect.Descriptor instead.
+func (*SetQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *SetQuotaRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SetQuotaRequest) GetLimitBytes() uint64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *SetQuotaRequest) GetLimitInodes() uint64 {
+	if x != nil {
+		return x.LimitInodes
+	}
+	return 0
+}
+
+type QuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaRequest) Reset() {
+	*x = QuotaRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaRequest) ProtoMessage() {}
+
+func (x *QuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaRequest.ProtoReflect.Descriptor instead.
+func (*QuotaRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *QuotaRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+type ListQuotasReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quotas        []*Quota               `protobuf:"bytes,1,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuotasReply) Reset() {
+	*x = ListQuotasReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuotasReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuotasReply) ProtoMessage() {}
+
+func (x *ListQuotasReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuotasReply.ProtoReflect.Descriptor instead.
+func (*ListQuotasReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *ListQuotasReply) GetQuotas() []*Quota {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+// CheckQuotasRequest recomputes every quota's usage from the namespace;
+// with repair set, it writes what it found.
+type CheckQuotasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Repair        bool                   `protobuf:"varint,1,opt,name=repair,proto3" json:"repair,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckQuotasRequest) Reset() {
+	*x = CheckQuotasRequest{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckQuotasRequest) ProtoMessage() {}
+
+func (x *CheckQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckQuotasRequest.ProtoReflect.Descriptor instead.
+func (*CheckQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *CheckQuotasRequest) GetRepair() bool {
+	if x != nil {
+		return x.Repair
+	}
+	return false
+}
+
+// QuotaCheck is one quota's kept usage (in quota) against the recomputed
+// one; misplaced counts inodes whose quota field named the wrong
+// directory.
+type QuotaCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quota         *Quota                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	RealBytes     uint64                 `protobuf:"varint,2,opt,name=real_bytes,json=realBytes,proto3" json:"real_bytes,omitempty"`
+	RealInodes    uint64                 `protobuf:"varint,3,opt,name=real_inodes,json=realInodes,proto3" json:"real_inodes,omitempty"`
+	Misplaced     uint64                 `protobuf:"varint,4,opt,name=misplaced,proto3" json:"misplaced,omitempty"`
+	Repaired      bool                   `protobuf:"varint,5,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaCheck) Reset() {
+	*x = QuotaCheck{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaCheck) ProtoMessage() {}
+
+func (x *QuotaCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaCheck.ProtoReflect.Descriptor instead.
+func (*QuotaCheck) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *QuotaCheck) GetQuota() *Quota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+func (x *QuotaCheck) GetRealBytes() uint64 {
+	if x != nil {
+		return x.RealBytes
+	}
+	return 0
+}
+
+func (x *QuotaCheck) GetRealInodes() uint64 {
+	if x != nil {
+		return x.RealInodes
+	}
+	return 0
+}
+
+func (x *QuotaCheck) GetMisplaced() uint64 {
+	if x != nil {
+		return x.Misplaced
+	}
+	return 0
+}
+
+func (x *QuotaCheck) GetRepaired() bool {
+	if x != nil {
+		return x.Repaired
+	}
+	return false
+}
+
+type CheckQuotasReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checks        []*QuotaCheck          `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckQuotasReply) Reset() {
+	*x = CheckQuotasReply{}
+	mi := &file_mds_mdspb_mds_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckQuotasReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckQuotasReply) ProtoMessage() {}
+
+func (x *CheckQuotasReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mds_mdspb_mds_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckQuotasReply.ProtoReflect.Descriptor instead.
+func (*CheckQuotasReply) Descriptor() ([]byte, []int) {
+	return file_mds_mdspb_mds_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *CheckQuotasReply) GetChecks() []*QuotaCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
 var File_mds_mdspb_mds_proto protoreflect.FileDescriptor
 
 const file_mds_mdspb_mds_proto_rawDesc = "" +
@@ -6088,10 +6599,13 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\bctime_ns\x18\t \x01(\x03R\actimeNs\x12,\n" +
 	"\x06layout\x18\n" +
 	" \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\x12\x12\n" +
-	"\x04rdev\x18\v \x01(\rR\x04rdev\"I\n" +
+	"\x04rdev\x18\v \x01(\rR\x04rdev\"~\n" +
 	"\x05Inode\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x18\n" +
-	"\asymlink\x18\x02 \x01(\fR\asymlink\"\xc0\x01\n" +
+	"\asymlink\x18\x02 \x01(\fR\asymlink\x12\x14\n" +
+	"\x05quota\x18\x03 \x01(\x04R\x05quota\x12\x1d\n" +
+	"\n" +
+	"quota_root\x18\x04 \x01(\bR\tquotaRoot\"\xc0\x01\n" +
 	"\x06Extent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x06layout\x18\x02 \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\x12\x16\n" +
@@ -6201,8 +6715,9 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x04plus\x18\x04 \x01(\bR\x04plus\"R\n" +
 	"\fReadDirReply\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.shoal.mds.v1.DirEntryR\aentries\x12\x10\n" +
-	"\x03eof\x18\x02 \x01(\bR\x03eof\"\x0f\n" +
-	"\rStatFsRequest\"\x9b\x01\n" +
+	"\x03eof\x18\x02 \x01(\bR\x03eof\"!\n" +
+	"\rStatFsRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\xc6\x01\n" +
 	"\vStatFsReply\x12\x1f\n" +
 	"\vtotal_bytes\x18\x01 \x01(\x04R\n" +
 	"totalBytes\x12\x1d\n" +
@@ -6211,7 +6726,8 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05files\x18\x03 \x01(\x04R\x05files\x12\x17\n" +
 	"\aosts_up\x18\x04 \x01(\rR\x06ostsUp\x12\x1d\n" +
 	"\n" +
-	"osts_total\x18\x05 \x01(\rR\tostsTotal\"%\n" +
+	"osts_total\x18\x05 \x01(\rR\tostsTotal\x12)\n" +
+	"\x05quota\x18\x06 \x01(\v2\x13.shoal.mds.v1.QuotaR\x05quota\"%\n" +
 	"\x11GetExtentsRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x80\x01\n" +
 	"\x0fGetExtentsReply\x12&\n" +
@@ -6495,7 +7011,47 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\breleased\x18\x02 \x03(\x04R\breleased\"/\n" +
 	"\tWatchDown\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\x12\x10\n" +
-	"\x03gen\x18\x02 \x01(\x04R\x03gen*5\n" +
+	"\x03gen\x18\x02 \x01(\x04R\x03gen\"\x91\x01\n" +
+	"\vQuotaRecord\x12\x1f\n" +
+	"\vlimit_bytes\x18\x01 \x01(\x04R\n" +
+	"limitBytes\x12!\n" +
+	"\flimit_inodes\x18\x02 \x01(\x04R\vlimitInodes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12\x1f\n" +
+	"\vused_inodes\x18\x04 \x01(\x04R\n" +
+	"usedInodes\"\xb1\x01\n" +
+	"\x05Quota\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1f\n" +
+	"\vlimit_bytes\x18\x03 \x01(\x04R\n" +
+	"limitBytes\x12!\n" +
+	"\flimit_inodes\x18\x04 \x01(\x04R\vlimitInodes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\x12\x1f\n" +
+	"\vused_inodes\x18\x06 \x01(\x04R\n" +
+	"usedInodes\"g\n" +
+	"\x0fSetQuotaRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1f\n" +
+	"\vlimit_bytes\x18\x02 \x01(\x04R\n" +
+	"limitBytes\x12!\n" +
+	"\flimit_inodes\x18\x03 \x01(\x04R\vlimitInodes\" \n" +
+	"\fQuotaRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\">\n" +
+	"\x0fListQuotasReply\x12+\n" +
+	"\x06quotas\x18\x01 \x03(\v2\x13.shoal.mds.v1.QuotaR\x06quotas\",\n" +
+	"\x12CheckQuotasRequest\x12\x16\n" +
+	"\x06repair\x18\x01 \x01(\bR\x06repair\"\xb1\x01\n" +
+	"\n" +
+	"QuotaCheck\x12)\n" +
+	"\x05quota\x18\x01 \x01(\v2\x13.shoal.mds.v1.QuotaR\x05quota\x12\x1d\n" +
+	"\n" +
+	"real_bytes\x18\x02 \x01(\x04R\trealBytes\x12\x1f\n" +
+	"\vreal_inodes\x18\x03 \x01(\x04R\n" +
+	"realInodes\x12\x1c\n" +
+	"\tmisplaced\x18\x04 \x01(\x04R\tmisplaced\x12\x1a\n" +
+	"\brepaired\x18\x05 \x01(\bR\brepaired\"D\n" +
+	"\x10CheckQuotasReply\x120\n" +
+	"\x06checks\x18\x01 \x03(\v2\x18.shoal.mds.v1.QuotaCheckR\x06checks*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\f\n" +
@@ -6530,7 +7086,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eLOCK_TYPE_NONE\x10\x00\x12\x12\n" +
 	"\x0eLOCK_TYPE_READ\x10\x01\x12\x13\n" +
 	"\x0fLOCK_TYPE_WRITE\x10\x02\x12\x14\n" +
-	"\x10LOCK_TYPE_UNLOCK\x10\x032\xa5\x19\n" +
+	"\x10LOCK_TYPE_UNLOCK\x10\x032\xf5\x1b\n" +
 	"\x03Mds\x12>\n" +
 	"\x06Lookup\x12\x1b.shoal.mds.v1.LookupRequest\x1a\x17.shoal.mds.v1.AttrReply\x12L\n" +
 	"\n" +
@@ -6578,7 +7134,13 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05RunGC\x12\x17.shoal.mds.v1.GCRequest\x1a\x15.shoal.mds.v1.GCReply\x12H\n" +
 	"\rReportCorrupt\x12\".shoal.mds.v1.ReportCorruptRequest\x1a\x13.shoal.mds.v1.Empty\x12L\n" +
 	"\rMigrateCommit\x12\".shoal.mds.v1.MigrateCommitRequest\x1a\x17.shoal.mds.v1.AttrReply\x12@\n" +
-	"\x06Health\x12\x1b.shoal.mds.v1.HealthRequest\x1a\x19.shoal.mds.v1.HealthReply\x12F\n" +
+	"\x06Health\x12\x1b.shoal.mds.v1.HealthRequest\x1a\x19.shoal.mds.v1.HealthReply\x12>\n" +
+	"\bSetQuota\x12\x1d.shoal.mds.v1.SetQuotaRequest\x1a\x13.shoal.mds.v1.Quota\x12;\n" +
+	"\bGetQuota\x12\x1a.shoal.mds.v1.QuotaRequest\x1a\x13.shoal.mds.v1.Quota\x12>\n" +
+	"\vRemoveQuota\x12\x1a.shoal.mds.v1.QuotaRequest\x1a\x13.shoal.mds.v1.Empty\x12@\n" +
+	"\n" +
+	"ListQuotas\x12\x13.shoal.mds.v1.Empty\x1a\x1d.shoal.mds.v1.ListQuotasReply\x12O\n" +
+	"\vCheckQuotas\x12 .shoal.mds.v1.CheckQuotasRequest\x1a\x1e.shoal.mds.v1.CheckQuotasReply\x12F\n" +
 	"\bLeaseDir\x12\x1d.shoal.mds.v1.LeaseDirRequest\x1a\x1b.shoal.mds.v1.LeaseDirReply\x12;\n" +
 	"\x05Watch\x12\x15.shoal.mds.v1.WatchUp\x1a\x17.shoal.mds.v1.WatchDown(\x010\x01B$Z\"github.com/shoalfs/shoal/mds/mdspbb\x06proto3"
 
@@ -6595,7 +7157,7 @@ func file_mds_mdspb_mds_proto_rawDescGZIP() []byte {
 }
 
 var file_mds_mdspb_mds_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_mds_mdspb_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_mds_mdspb_mds_proto_goTypes = []any{
 	(Codec)(0),                   // 0: shoal.mds.v1.Codec
 	(SetAttrBits)(0),             // 1: shoal.mds.v1.SetAttrBits
@@ -6688,6 +7250,14 @@ var file_mds_mdspb_mds_proto_goTypes = []any{
 	(*LeaseDirReply)(nil),        // 88: shoal.mds.v1.LeaseDirReply
 	(*WatchUp)(nil),              // 89: shoal.mds.v1.WatchUp
 	(*WatchDown)(nil),            // 90: shoal.mds.v1.WatchDown
+	(*QuotaRecord)(nil),          // 91: shoal.mds.v1.QuotaRecord
+	(*Quota)(nil),                // 92: shoal.mds.v1.Quota
+	(*SetQuotaRequest)(nil),      // 93: shoal.mds.v1.SetQuotaRequest
+	(*QuotaRequest)(nil),         // 94: shoal.mds.v1.QuotaRequest
+	(*ListQuotasReply)(nil),      // 95: shoal.mds.v1.ListQuotasReply
+	(*CheckQuotasRequest)(nil),   // 96: shoal.mds.v1.CheckQuotasRequest
+	(*QuotaCheck)(nil),           // 97: shoal.mds.v1.QuotaCheck
+	(*CheckQuotasReply)(nil),     // 98: shoal.mds.v1.CheckQuotasReply
 }
 var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	7,  // 0: shoal.mds.v1.Layout.compression:type_name -> shoal.mds.v1.Compression
@@ -6708,129 +7278,143 @@ var file_mds_mdspb_mds_proto_depIdxs = []int32{
 	8,  // 15: shoal.mds.v1.RenameReply.old_parent:type_name -> shoal.mds.v1.Attr
 	8,  // 16: shoal.mds.v1.RenameReply.new_parent:type_name -> shoal.mds.v1.Attr
 	12, // 17: shoal.mds.v1.ReadDirReply.entries:type_name -> shoal.mds.v1.DirEntry
-	8,  // 18: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 19: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	10, // 20: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
-	11, // 21: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
-	13, // 22: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
-	8,  // 23: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
-	11, // 24: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
-	4,  // 25: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
-	5,  // 26: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
-	58, // 27: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
-	58, // 28: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	58, // 29: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
-	62, // 30: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
-	8,  // 31: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
-	6,  // 32: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
-	67, // 33: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
-	82, // 34: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
-	71, // 35: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
-	70, // 36: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
-	74, // 37: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
-	77, // 38: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
-	82, // 39: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
-	85, // 40: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
-	87, // 41: shoal.mds.v1.LeaseDirReply.entries:type_name -> shoal.mds.v1.LeaseEntry
-	16, // 42: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
-	17, // 43: shoal.mds.v1.Mds.LookupMany:input_type -> shoal.mds.v1.LookupManyRequest
-	20, // 44: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
-	21, // 45: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
-	22, // 46: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
-	22, // 47: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
-	23, // 48: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
-	20, // 49: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
-	25, // 50: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
-	26, // 51: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
-	26, // 52: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
-	29, // 53: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
-	30, // 54: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
-	32, // 55: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
-	34, // 56: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
-	36, // 57: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
-	38, // 58: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
-	39, // 59: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
-	40, // 60: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
-	42, // 61: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
-	43, // 62: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
-	45, // 63: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
-	46, // 64: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
-	48, // 65: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
-	50, // 66: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
-	51, // 67: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
-	53, // 68: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
-	53, // 69: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
-	55, // 70: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
-	57, // 71: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
-	59, // 72: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
-	59, // 73: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
-	14, // 74: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
-	63, // 75: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
-	65, // 76: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
-	66, // 77: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
-	67, // 78: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
-	68, // 79: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
-	68, // 80: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
-	67, // 81: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
-	76, // 82: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
-	79, // 83: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
-	75, // 84: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
-	81, // 85: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
-	83, // 86: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
-	86, // 87: shoal.mds.v1.Mds.LeaseDir:input_type -> shoal.mds.v1.LeaseDirRequest
-	89, // 88: shoal.mds.v1.Mds.Watch:input_type -> shoal.mds.v1.WatchUp
-	15, // 89: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
-	19, // 90: shoal.mds.v1.Mds.LookupMany:output_type -> shoal.mds.v1.LookupManyReply
-	15, // 91: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 92: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
-	15, // 93: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
-	15, // 94: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
-	15, // 95: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
-	24, // 96: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
-	15, // 97: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
-	27, // 98: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
-	27, // 99: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
-	28, // 100: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
-	31, // 101: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
-	33, // 102: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
-	35, // 103: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
-	37, // 104: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
-	15, // 105: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
-	15, // 106: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
-	41, // 107: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
-	14, // 108: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
-	44, // 109: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
-	15, // 110: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
-	47, // 111: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
-	49, // 112: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
-	15, // 113: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
-	52, // 114: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
-	54, // 115: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
-	14, // 116: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
-	56, // 117: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
-	14, // 118: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
-	60, // 119: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
-	61, // 120: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
-	14, // 121: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
-	64, // 122: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
-	15, // 123: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
-	13, // 124: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
-	69, // 125: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
-	69, // 126: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
-	69, // 127: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
-	72, // 128: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
-	78, // 129: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
-	80, // 130: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
-	14, // 131: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
-	15, // 132: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
-	84, // 133: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
-	88, // 134: shoal.mds.v1.Mds.LeaseDir:output_type -> shoal.mds.v1.LeaseDirReply
-	90, // 135: shoal.mds.v1.Mds.Watch:output_type -> shoal.mds.v1.WatchDown
-	89, // [89:136] is the sub-list for method output_type
-	42, // [42:89] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	92, // 18: shoal.mds.v1.StatFsReply.quota:type_name -> shoal.mds.v1.Quota
+	8,  // 19: shoal.mds.v1.GetExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 20: shoal.mds.v1.GetExtentsReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	10, // 21: shoal.mds.v1.AllocExtentsReply.extents:type_name -> shoal.mds.v1.Extent
+	11, // 22: shoal.mds.v1.CommitExtentsRequest.extents:type_name -> shoal.mds.v1.ExtentRef
+	13, // 23: shoal.mds.v1.ListOstsReply.osts:type_name -> shoal.mds.v1.OstInfo
+	8,  // 24: shoal.mds.v1.OpenReply.attr:type_name -> shoal.mds.v1.Attr
+	11, // 25: shoal.mds.v1.OpenReply.extents:type_name -> shoal.mds.v1.ExtentRef
+	4,  // 26: shoal.mds.v1.FileLock.kind:type_name -> shoal.mds.v1.LockKind
+	5,  // 27: shoal.mds.v1.FileLock.type:type_name -> shoal.mds.v1.LockType
+	58, // 28: shoal.mds.v1.LockRequest.lock:type_name -> shoal.mds.v1.FileLock
+	58, // 29: shoal.mds.v1.SetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	58, // 30: shoal.mds.v1.GetLockReply.conflict:type_name -> shoal.mds.v1.FileLock
+	62, // 31: shoal.mds.v1.CloneExtentsRequest.ranges:type_name -> shoal.mds.v1.CloneRange
+	8,  // 32: shoal.mds.v1.CloneExtentsReply.attr:type_name -> shoal.mds.v1.Attr
+	6,  // 33: shoal.mds.v1.SetLayoutRequest.layout:type_name -> shoal.mds.v1.Layout
+	67, // 34: shoal.mds.v1.AdminJob.params:type_name -> shoal.mds.v1.StartJobRequest
+	82, // 35: shoal.mds.v1.AdminJob.files:type_name -> shoal.mds.v1.DamagedFile
+	71, // 36: shoal.mds.v1.RebalancePlan.osts:type_name -> shoal.mds.v1.OstLoad
+	70, // 37: shoal.mds.v1.RebalancePlan.sample:type_name -> shoal.mds.v1.ChunkMove
+	74, // 38: shoal.mds.v1.ReportCorruptRequest.chunks:type_name -> shoal.mds.v1.BadChunk
+	77, // 39: shoal.mds.v1.FsckReply.problems:type_name -> shoal.mds.v1.FsckProblem
+	82, // 40: shoal.mds.v1.HealthReply.files:type_name -> shoal.mds.v1.DamagedFile
+	85, // 41: shoal.mds.v1.HealthReply.wide_layouts:type_name -> shoal.mds.v1.WideLayout
+	87, // 42: shoal.mds.v1.LeaseDirReply.entries:type_name -> shoal.mds.v1.LeaseEntry
+	92, // 43: shoal.mds.v1.ListQuotasReply.quotas:type_name -> shoal.mds.v1.Quota
+	92, // 44: shoal.mds.v1.QuotaCheck.quota:type_name -> shoal.mds.v1.Quota
+	97, // 45: shoal.mds.v1.CheckQuotasReply.checks:type_name -> shoal.mds.v1.QuotaCheck
+	16, // 46: shoal.mds.v1.Mds.Lookup:input_type -> shoal.mds.v1.LookupRequest
+	17, // 47: shoal.mds.v1.Mds.LookupMany:input_type -> shoal.mds.v1.LookupManyRequest
+	20, // 48: shoal.mds.v1.Mds.GetAttr:input_type -> shoal.mds.v1.GetAttrRequest
+	21, // 49: shoal.mds.v1.Mds.SetAttr:input_type -> shoal.mds.v1.SetAttrRequest
+	22, // 50: shoal.mds.v1.Mds.Create:input_type -> shoal.mds.v1.CreateRequest
+	22, // 51: shoal.mds.v1.Mds.Mkdir:input_type -> shoal.mds.v1.CreateRequest
+	23, // 52: shoal.mds.v1.Mds.Symlink:input_type -> shoal.mds.v1.SymlinkRequest
+	20, // 53: shoal.mds.v1.Mds.Readlink:input_type -> shoal.mds.v1.GetAttrRequest
+	25, // 54: shoal.mds.v1.Mds.Link:input_type -> shoal.mds.v1.LinkRequest
+	26, // 55: shoal.mds.v1.Mds.Unlink:input_type -> shoal.mds.v1.UnlinkRequest
+	26, // 56: shoal.mds.v1.Mds.Rmdir:input_type -> shoal.mds.v1.UnlinkRequest
+	29, // 57: shoal.mds.v1.Mds.Rename:input_type -> shoal.mds.v1.RenameRequest
+	30, // 58: shoal.mds.v1.Mds.ReadDir:input_type -> shoal.mds.v1.ReadDirRequest
+	32, // 59: shoal.mds.v1.Mds.StatFs:input_type -> shoal.mds.v1.StatFsRequest
+	34, // 60: shoal.mds.v1.Mds.GetExtents:input_type -> shoal.mds.v1.GetExtentsRequest
+	36, // 61: shoal.mds.v1.Mds.AllocExtents:input_type -> shoal.mds.v1.AllocExtentsRequest
+	38, // 62: shoal.mds.v1.Mds.CommitExtents:input_type -> shoal.mds.v1.CommitExtentsRequest
+	39, // 63: shoal.mds.v1.Mds.Fallocate:input_type -> shoal.mds.v1.FallocateRequest
+	40, // 64: shoal.mds.v1.Mds.RegisterOst:input_type -> shoal.mds.v1.RegisterOstRequest
+	42, // 65: shoal.mds.v1.Mds.Heartbeat:input_type -> shoal.mds.v1.HeartbeatRequest
+	43, // 66: shoal.mds.v1.Mds.ListOsts:input_type -> shoal.mds.v1.ListOstsRequest
+	45, // 67: shoal.mds.v1.Mds.SetXattr:input_type -> shoal.mds.v1.SetXattrRequest
+	46, // 68: shoal.mds.v1.Mds.GetXattr:input_type -> shoal.mds.v1.GetXattrRequest
+	48, // 69: shoal.mds.v1.Mds.ListXattr:input_type -> shoal.mds.v1.ListXattrRequest
+	50, // 70: shoal.mds.v1.Mds.RemoveXattr:input_type -> shoal.mds.v1.RemoveXattrRequest
+	51, // 71: shoal.mds.v1.Mds.OpenSession:input_type -> shoal.mds.v1.OpenSessionRequest
+	53, // 72: shoal.mds.v1.Mds.KeepAlive:input_type -> shoal.mds.v1.SessionRequest
+	53, // 73: shoal.mds.v1.Mds.CloseSession:input_type -> shoal.mds.v1.SessionRequest
+	55, // 74: shoal.mds.v1.Mds.Open:input_type -> shoal.mds.v1.OpenRequest
+	57, // 75: shoal.mds.v1.Mds.Release:input_type -> shoal.mds.v1.ReleaseRequest
+	59, // 76: shoal.mds.v1.Mds.SetLock:input_type -> shoal.mds.v1.LockRequest
+	59, // 77: shoal.mds.v1.Mds.GetLock:input_type -> shoal.mds.v1.LockRequest
+	14, // 78: shoal.mds.v1.Mds.Sync:input_type -> shoal.mds.v1.Empty
+	63, // 79: shoal.mds.v1.Mds.CloneExtents:input_type -> shoal.mds.v1.CloneExtentsRequest
+	65, // 80: shoal.mds.v1.Mds.SetLayout:input_type -> shoal.mds.v1.SetLayoutRequest
+	66, // 81: shoal.mds.v1.Mds.SetOstState:input_type -> shoal.mds.v1.SetOstStateRequest
+	67, // 82: shoal.mds.v1.Mds.StartJob:input_type -> shoal.mds.v1.StartJobRequest
+	68, // 83: shoal.mds.v1.Mds.StopJob:input_type -> shoal.mds.v1.JobRequest
+	68, // 84: shoal.mds.v1.Mds.GetJob:input_type -> shoal.mds.v1.JobRequest
+	67, // 85: shoal.mds.v1.Mds.PlanRebalance:input_type -> shoal.mds.v1.StartJobRequest
+	76, // 86: shoal.mds.v1.Mds.Fsck:input_type -> shoal.mds.v1.FsckRequest
+	79, // 87: shoal.mds.v1.Mds.RunGC:input_type -> shoal.mds.v1.GCRequest
+	75, // 88: shoal.mds.v1.Mds.ReportCorrupt:input_type -> shoal.mds.v1.ReportCorruptRequest
+	81, // 89: shoal.mds.v1.Mds.MigrateCommit:input_type -> shoal.mds.v1.MigrateCommitRequest
+	83, // 90: shoal.mds.v1.Mds.Health:input_type -> shoal.mds.v1.HealthRequest
+	93, // 91: shoal.mds.v1.Mds.SetQuota:input_type -> shoal.mds.v1.SetQuotaRequest
+	94, // 92: shoal.mds.v1.Mds.GetQuota:input_type -> shoal.mds.v1.QuotaRequest
+	94, // 93: shoal.mds.v1.Mds.RemoveQuota:input_type -> shoal.mds.v1.QuotaRequest
+	14, // 94: shoal.mds.v1.Mds.ListQuotas:input_type -> shoal.mds.v1.Empty
+	96, // 95: shoal.mds.v1.Mds.CheckQuotas:input_type -> shoal.mds.v1.CheckQuotasRequest
+	86, // 96: shoal.mds.v1.Mds.LeaseDir:input_type -> shoal.mds.v1.LeaseDirRequest
+	89, // 97: shoal.mds.v1.Mds.Watch:input_type -> shoal.mds.v1.WatchUp
+	15, // 98: shoal.mds.v1.Mds.Lookup:output_type -> shoal.mds.v1.AttrReply
+	19, // 99: shoal.mds.v1.Mds.LookupMany:output_type -> shoal.mds.v1.LookupManyReply
+	15, // 100: shoal.mds.v1.Mds.GetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 101: shoal.mds.v1.Mds.SetAttr:output_type -> shoal.mds.v1.AttrReply
+	15, // 102: shoal.mds.v1.Mds.Create:output_type -> shoal.mds.v1.AttrReply
+	15, // 103: shoal.mds.v1.Mds.Mkdir:output_type -> shoal.mds.v1.AttrReply
+	15, // 104: shoal.mds.v1.Mds.Symlink:output_type -> shoal.mds.v1.AttrReply
+	24, // 105: shoal.mds.v1.Mds.Readlink:output_type -> shoal.mds.v1.ReadlinkReply
+	15, // 106: shoal.mds.v1.Mds.Link:output_type -> shoal.mds.v1.AttrReply
+	27, // 107: shoal.mds.v1.Mds.Unlink:output_type -> shoal.mds.v1.UnlinkReply
+	27, // 108: shoal.mds.v1.Mds.Rmdir:output_type -> shoal.mds.v1.UnlinkReply
+	28, // 109: shoal.mds.v1.Mds.Rename:output_type -> shoal.mds.v1.RenameReply
+	31, // 110: shoal.mds.v1.Mds.ReadDir:output_type -> shoal.mds.v1.ReadDirReply
+	33, // 111: shoal.mds.v1.Mds.StatFs:output_type -> shoal.mds.v1.StatFsReply
+	35, // 112: shoal.mds.v1.Mds.GetExtents:output_type -> shoal.mds.v1.GetExtentsReply
+	37, // 113: shoal.mds.v1.Mds.AllocExtents:output_type -> shoal.mds.v1.AllocExtentsReply
+	15, // 114: shoal.mds.v1.Mds.CommitExtents:output_type -> shoal.mds.v1.AttrReply
+	15, // 115: shoal.mds.v1.Mds.Fallocate:output_type -> shoal.mds.v1.AttrReply
+	41, // 116: shoal.mds.v1.Mds.RegisterOst:output_type -> shoal.mds.v1.RegisterOstReply
+	14, // 117: shoal.mds.v1.Mds.Heartbeat:output_type -> shoal.mds.v1.Empty
+	44, // 118: shoal.mds.v1.Mds.ListOsts:output_type -> shoal.mds.v1.ListOstsReply
+	15, // 119: shoal.mds.v1.Mds.SetXattr:output_type -> shoal.mds.v1.AttrReply
+	47, // 120: shoal.mds.v1.Mds.GetXattr:output_type -> shoal.mds.v1.GetXattrReply
+	49, // 121: shoal.mds.v1.Mds.ListXattr:output_type -> shoal.mds.v1.ListXattrReply
+	15, // 122: shoal.mds.v1.Mds.RemoveXattr:output_type -> shoal.mds.v1.AttrReply
+	52, // 123: shoal.mds.v1.Mds.OpenSession:output_type -> shoal.mds.v1.OpenSessionReply
+	54, // 124: shoal.mds.v1.Mds.KeepAlive:output_type -> shoal.mds.v1.KeepAliveReply
+	14, // 125: shoal.mds.v1.Mds.CloseSession:output_type -> shoal.mds.v1.Empty
+	56, // 126: shoal.mds.v1.Mds.Open:output_type -> shoal.mds.v1.OpenReply
+	14, // 127: shoal.mds.v1.Mds.Release:output_type -> shoal.mds.v1.Empty
+	60, // 128: shoal.mds.v1.Mds.SetLock:output_type -> shoal.mds.v1.SetLockReply
+	61, // 129: shoal.mds.v1.Mds.GetLock:output_type -> shoal.mds.v1.GetLockReply
+	14, // 130: shoal.mds.v1.Mds.Sync:output_type -> shoal.mds.v1.Empty
+	64, // 131: shoal.mds.v1.Mds.CloneExtents:output_type -> shoal.mds.v1.CloneExtentsReply
+	15, // 132: shoal.mds.v1.Mds.SetLayout:output_type -> shoal.mds.v1.AttrReply
+	13, // 133: shoal.mds.v1.Mds.SetOstState:output_type -> shoal.mds.v1.OstInfo
+	69, // 134: shoal.mds.v1.Mds.StartJob:output_type -> shoal.mds.v1.AdminJob
+	69, // 135: shoal.mds.v1.Mds.StopJob:output_type -> shoal.mds.v1.AdminJob
+	69, // 136: shoal.mds.v1.Mds.GetJob:output_type -> shoal.mds.v1.AdminJob
+	72, // 137: shoal.mds.v1.Mds.PlanRebalance:output_type -> shoal.mds.v1.RebalancePlan
+	78, // 138: shoal.mds.v1.Mds.Fsck:output_type -> shoal.mds.v1.FsckReply
+	80, // 139: shoal.mds.v1.Mds.RunGC:output_type -> shoal.mds.v1.GCReply
+	14, // 140: shoal.mds.v1.Mds.ReportCorrupt:output_type -> shoal.mds.v1.Empty
+	15, // 141: shoal.mds.v1.Mds.MigrateCommit:output_type -> shoal.mds.v1.AttrReply
+	84, // 142: shoal.mds.v1.Mds.Health:output_type -> shoal.mds.v1.HealthReply
+	92, // 143: shoal.mds.v1.Mds.SetQuota:output_type -> shoal.mds.v1.Quota
+	92, // 144: shoal.mds.v1.Mds.GetQuota:output_type -> shoal.mds.v1.Quota
+	14, // 145: shoal.mds.v1.Mds.RemoveQuota:output_type -> shoal.mds.v1.Empty
+	95, // 146: shoal.mds.v1.Mds.ListQuotas:output_type -> shoal.mds.v1.ListQuotasReply
+	98, // 147: shoal.mds.v1.Mds.CheckQuotas:output_type -> shoal.mds.v1.CheckQuotasReply
+	88, // 148: shoal.mds.v1.Mds.LeaseDir:output_type -> shoal.mds.v1.LeaseDirReply
+	90, // 149: shoal.mds.v1.Mds.Watch:output_type -> shoal.mds.v1.WatchDown
+	98, // [98:150] is the sub-list for method output_type
+	46, // [46:98] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_mds_mdspb_mds_proto_init() }
@@ -6844,7 +7428,7 @@ func file_mds_mdspb_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mds_mdspb_mds_proto_rawDesc), len(file_mds_mdspb_mds_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   85,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

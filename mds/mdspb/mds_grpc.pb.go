@@ -67,6 +67,11 @@ const (
 	Mds_ReportCorrupt_FullMethodName = "/shoal.mds.v1.Mds/ReportCorrupt"
 	Mds_MigrateCommit_FullMethodName = "/shoal.mds.v1.Mds/MigrateCommit"
 	Mds_Health_FullMethodName        = "/shoal.mds.v1.Mds/Health"
+	Mds_SetQuota_FullMethodName      = "/shoal.mds.v1.Mds/SetQuota"
+	Mds_GetQuota_FullMethodName      = "/shoal.mds.v1.Mds/GetQuota"
+	Mds_RemoveQuota_FullMethodName   = "/shoal.mds.v1.Mds/RemoveQuota"
+	Mds_ListQuotas_FullMethodName    = "/shoal.mds.v1.Mds/ListQuotas"
+	Mds_CheckQuotas_FullMethodName   = "/shoal.mds.v1.Mds/CheckQuotas"
 	Mds_LeaseDir_FullMethodName      = "/shoal.mds.v1.Mds/LeaseDir"
 	Mds_Watch_FullMethodName         = "/shoal.mds.v1.Mds/Watch"
 )
@@ -128,6 +133,13 @@ type MdsClient interface {
 	MigrateCommit(ctx context.Context, in *MigrateCommitRequest, opts ...grpc.CallOption) (*AttrReply, error)
 	// Health: the state of the data now (`shoal admin status`).
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthReply, error)
+	// Directory quotas (docs/admin.md, "Quotas"; messages at the end of
+	// the file).
+	SetQuota(ctx context.Context, in *SetQuotaRequest, opts ...grpc.CallOption) (*Quota, error)
+	GetQuota(ctx context.Context, in *QuotaRequest, opts ...grpc.CallOption) (*Quota, error)
+	RemoveQuota(ctx context.Context, in *QuotaRequest, opts ...grpc.CallOption) (*Empty, error)
+	ListQuotas(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ListQuotasReply, error)
+	CheckQuotas(ctx context.Context, in *CheckQuotasRequest, opts ...grpc.CallOption) (*CheckQuotasReply, error)
 	// Directory leases (docs/fuse.md, "Directory leases"; messages at the
 	// end of the file).
 	LeaseDir(ctx context.Context, in *LeaseDirRequest, opts ...grpc.CallOption) (*LeaseDirReply, error)
@@ -592,6 +604,56 @@ func (c *mdsClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *mdsClient) SetQuota(ctx context.Context, in *SetQuotaRequest, opts ...grpc.CallOption) (*Quota, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Quota)
+	err := c.cc.Invoke(ctx, Mds_SetQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) GetQuota(ctx context.Context, in *QuotaRequest, opts ...grpc.CallOption) (*Quota, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Quota)
+	err := c.cc.Invoke(ctx, Mds_GetQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) RemoveQuota(ctx context.Context, in *QuotaRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Mds_RemoveQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) ListQuotas(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ListQuotasReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQuotasReply)
+	err := c.cc.Invoke(ctx, Mds_ListQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mdsClient) CheckQuotas(ctx context.Context, in *CheckQuotasRequest, opts ...grpc.CallOption) (*CheckQuotasReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckQuotasReply)
+	err := c.cc.Invoke(ctx, Mds_CheckQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *mdsClient) LeaseDir(ctx context.Context, in *LeaseDirRequest, opts ...grpc.CallOption) (*LeaseDirReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LeaseDirReply)
@@ -672,6 +734,13 @@ type MdsServer interface {
 	MigrateCommit(context.Context, *MigrateCommitRequest) (*AttrReply, error)
 	// Health: the state of the data now (`shoal admin status`).
 	Health(context.Context, *HealthRequest) (*HealthReply, error)
+	// Directory quotas (docs/admin.md, "Quotas"; messages at the end of
+	// the file).
+	SetQuota(context.Context, *SetQuotaRequest) (*Quota, error)
+	GetQuota(context.Context, *QuotaRequest) (*Quota, error)
+	RemoveQuota(context.Context, *QuotaRequest) (*Empty, error)
+	ListQuotas(context.Context, *Empty) (*ListQuotasReply, error)
+	CheckQuotas(context.Context, *CheckQuotasRequest) (*CheckQuotasReply, error)
 	// Directory leases (docs/fuse.md, "Directory leases"; messages at the
 	// end of the file).
 	LeaseDir(context.Context, *LeaseDirRequest) (*LeaseDirReply, error)
@@ -820,6 +889,21 @@ func (UnimplementedMdsServer) MigrateCommit(context.Context, *MigrateCommitReque
 }
 func (UnimplementedMdsServer) Health(context.Context, *HealthRequest) (*HealthReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedMdsServer) SetQuota(context.Context, *SetQuotaRequest) (*Quota, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetQuota not implemented")
+}
+func (UnimplementedMdsServer) GetQuota(context.Context, *QuotaRequest) (*Quota, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQuota not implemented")
+}
+func (UnimplementedMdsServer) RemoveQuota(context.Context, *QuotaRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveQuota not implemented")
+}
+func (UnimplementedMdsServer) ListQuotas(context.Context, *Empty) (*ListQuotasReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQuotas not implemented")
+}
+func (UnimplementedMdsServer) CheckQuotas(context.Context, *CheckQuotasRequest) (*CheckQuotasReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckQuotas not implemented")
 }
 func (UnimplementedMdsServer) LeaseDir(context.Context, *LeaseDirRequest) (*LeaseDirReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseDir not implemented")
@@ -1658,6 +1742,96 @@ func _Mds_Health_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mds_SetQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).SetQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_SetQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).SetQuota(ctx, req.(*SetQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_GetQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).GetQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_GetQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).GetQuota(ctx, req.(*QuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_RemoveQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).RemoveQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_RemoveQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).RemoveQuota(ctx, req.(*QuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_ListQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).ListQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_ListQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).ListQuotas(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mds_CheckQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MdsServer).CheckQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mds_CheckQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MdsServer).CheckQuotas(ctx, req.(*CheckQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Mds_LeaseDir_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LeaseDirRequest)
 	if err := dec(in); err != nil {
@@ -1869,6 +2043,26 @@ var Mds_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _Mds_Health_Handler,
+		},
+		{
+			MethodName: "SetQuota",
+			Handler:    _Mds_SetQuota_Handler,
+		},
+		{
+			MethodName: "GetQuota",
+			Handler:    _Mds_GetQuota_Handler,
+		},
+		{
+			MethodName: "RemoveQuota",
+			Handler:    _Mds_RemoveQuota_Handler,
+		},
+		{
+			MethodName: "ListQuotas",
+			Handler:    _Mds_ListQuotas_Handler,
+		},
+		{
+			MethodName: "CheckQuotas",
+			Handler:    _Mds_CheckQuotas_Handler,
 		},
 		{
 			MethodName: "LeaseDir",
