@@ -21,9 +21,6 @@ func newCSICmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		Short: "Serve the Kubernetes CSI driver (Identity, Controller, Node) on a unix socket (docs/deploy.md, \"Kubernetes CSI driver\")",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireMDS(mdsAddr); err != nil {
-				return err
-			}
 			o := csi.Options{Name: name, Root: root, NodeID: nodeID}
 			switch mode {
 			case "controller":
@@ -37,6 +34,9 @@ func newCSICmd(g *globals) *cobra.Command {
 			}
 			if o.Node && nodeID == "" {
 				return fmt.Errorf("--node-id: required with --mode %s (the Kubernetes node name; default $NODE_NAME)", mode)
+			}
+			if err := requireMDS(mdsAddr); err != nil {
+				return err
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
