@@ -474,10 +474,12 @@ const statfsBlock = 4096
 // inode limit.
 const statfsFreeFiles = 1 << 40
 
-// Statfs reports the capacity of the OSTs that are up.
+// Statfs reports the capacity of the OSTs that are up; inside a quota
+// directory, the tightest quota over the node instead: its limits as the
+// size, its usage as used (docs/admin.md, "Quotas").
 func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
 	ctx = n.m.detach(ctx)
-	r, err := n.m.c.StatFs(ctx)
+	r, err := n.m.c.StatFsIno(ctx, n.ino())
 	if err != nil {
 		return n.m.errno("statfs", n.ino(), err)
 	}
@@ -485,9 +487,20 @@ func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno 
 	out.Frsize = statfsBlock
 	out.Blocks = r.TotalBytes / statfsBlock
 	out.Bfree = r.FreeBytes / statfsBlock
-	out.Bavail = out.Bfree
 	out.Files = r.Files + statfsFreeFiles
 	out.Ffree = statfsFreeFiles
+	if q := r.Quota; q != nil {
+		if q.LimitBytes != 0 {
+			out.Blocks = q.LimitBytes / statfsBlock
+			left := q.LimitBytes - min(q.UsedBytes, q.LimitBytes)
+			out.Bfree = min(left, r.FreeBytes) / statfsBlock
+		}
+		if q.LimitInodes != 0 {
+			out.Files = q.LimitInodes
+			out.Ffree = q.LimitInodes - min(q.UsedInodes, q.LimitInodes)
+		}
+	}
+	out.Bavail = out.Bfree
 	out.NameLen = client.MaxNameLen
 	return 0
 }

@@ -135,3 +135,124 @@ func TestQuotaAccounting(t *testing.T) {
 func (s *Server) snapshotInode(ino uint64) (*mdspb.Inode, error) {
 	return readInode(s.db, ino)
 }
+
+// TestQuotaNested: the quotas over an inode are all charged, the
+// tightest refuses; renames in, out and between quotas move usage (a
+// quota directory takes its usage along); links across quotas are
+// refused; set and remove relabel trees with quotas inside.
+func TestQuotaNested(t *testing.T) {
+	e := newEnv(t)
+	e.registerOsts(6)
+	outer := e.mkdir(rootIno, "outer")
+	inner := e.mkdir(outer.Ino, "inner")
+	e.setQuota(inner.Ino, 2*mib, 0)
+	e.setQuota(outer.Ino, 10*mib, 0)
+	f := e.create(inner.Ino, "f")
+	ex := e.alloc(f.Ino, 1)
+	e.commit(f.Ino, ref(0, mib, 0, written(ex[0], mib)))
+	e.wantUsage(inner.Ino, mib, 1)
+	e.wantUsage(outer.Ino, mib, 2)
+	wantErr(t, "past the inner limit", e.setSize(f.Ino, 3*mib), errs.ErrQuota)
+	wantErr(t, "within both", e.setSize(f.Ino, 2*mib), nil)
+	e.wantUsage(outer.Ino, 2*mib, 2)
+
+	// Out of inner (full) into outer: inner frees, outer keeps.
+	_, err := e.c.Rename(ctx, rn(inner.Ino, "f", outer.Ino, "f", 0))
+	wantErr(t, "rename out", err, nil)
+	e.wantUsage(inner.Ino, 0, 0)
+	e.wantUsage(outer.Ino, 2*mib, 2)
+	// Out of both quotas.
+	_, err = e.c.Rename(ctx, rn(outer.Ino, "f", rootIno, "f", 0))
+	wantErr(t, "rename out of all", err, nil)
+	e.wantUsage(outer.Ino, 0, 1)
+	// Back in, past inner's limit: refused; into outer: fine.
+	wantErr(t, "grow outside", e.setSize(f.Ino, 3*mib), nil)
+	_, err = e.c.Rename(ctx, rn(rootIno, "f", inner.Ino, "f", 0))
+	wantErr(t, "rename in past the limit", err, errs.ErrQuota)
+	_, err = e.c.Rename(ctx, rn(rootIno, "f", outer.Ino, "f", 0))
+	wantErr(t, "rename in", err, nil)
+	e.wantUsage(outer.Ino, 3*mib, 2)
+
+	// A directory tree moves with its usage; a quota directory inside
+	// it takes its own along.
+	tree := e.mkdir(rootIno, "tree")
+	sub := e.mkdir(tree.Ino, "sub")
+	g := e.create(sub.Ino, "g")
+	wantErr(t, "size g", e.setSize(g.Ino, 100), nil)
+	q := e.mkdir(tree.Ino, "q")
+	e.setQuota(q.Ino, 0, 10)
+	h := e.create(q.Ino, "h")
+	wantErr(t, "size h", e.setSize(h.Ino, 50), nil)
+	e.wantUsage(q.Ino, 50, 1)
+	_, err = e.c.Rename(ctx, rn(rootIno, "tree", outer.Ino, "tree", 0))
+	wantErr(t, "rename tree in", err, nil)
+	// outer: inner, f, tree, sub, g, q, h.
+	e.wantUsage(outer.Ino, 3*mib+150, 7)
+	_, err = e.c.Rename(ctx, rn(tree.Ino, "q", inner.Ino, "q", 0))
+	wantErr(t, "rename quota dir into inner", err, nil)
+	e.wantUsage(inner.Ino, 50, 2)
+	e.wantUsage(outer.Ino, 3*mib+150, 7)
+	_, err = e.c.Rename(ctx, rn(inner.Ino, "q", rootIno, "q", 0))
+	wantErr(t, "rename quota dir out", err, nil)
+	e.wantUsage(inner.Ino, 0, 0)
+	e.wantUsage(outer.Ino, 3*mib+100, 5)
+	e.wantUsage(q.Ino, 50, 1)
+
+	// Exchange across quotas.
+	x := e.create(rootIno, "x")
+	wantErr(t, "size x", e.setSize(x.Ino, 7), nil)
+	_, err = e.c.Rename(ctx, rn(rootIno, "x", outer.Ino, "f", uint32(mdspb.RenameFlags_RENAME_EXCHANGE)))
+	wantErr(t, "exchange", err, nil)
+	e.wantUsage(outer.Ino, 100+7, 5)
+
+	// Links stay within one quota.
+	_, err = e.c.Link(ctx, &mdspb.LinkRequest{Ino: x.Ino, NewParent: rootIno, NewName: []byte("x2")})
+	wantErr(t, "link across quotas", err, errs.ErrCrossDevice)
+	_, err = e.c.Link(ctx, &mdspb.LinkRequest{Ino: x.Ino, NewParent: sub.Ino, NewName: []byte("x2")})
+	wantErr(t, "link within a quota", err, nil)
+	e.wantUsage(outer.Ino, 107, 5)
+
+	// Set and remove over a tree holding a quota.
+	e.setQuota(rootIno, 0, 0)
+	e.wantUsage(rootIno, 3*mib+107+50, 9) // outer, inner, tree, sub, g, q, h, x (linked twice), the old f
+	if _, err := e.c.RemoveQuota(ctx, &mdspb.QuotaRequest{Ino: outer.Ino}); err != nil {
+		t.Fatal(err)
+	}
+	e.wantUsage(rootIno, 3*mib+107+50, 9)
+	e.wantUsage(inner.Ino, 0, 0)
+	e.check()
+}
+
+// TestQuotaCheckRepair: check finds usage broken behind the MDS's back
+// and repair writes the recomputed one; an orphan stays charged until
+// its last release.
+func TestQuotaCheckRepair(t *testing.T) {
+	e := newEnv(t)
+	d := e.mkdir(rootIno, "d")
+	e.setQuota(d.Ino, 0, 0)
+	f := e.create(d.Ino, "f")
+	wantErr(t, "size", e.setSize(f.Ino, 1000), nil)
+	sess := e.session()
+	h := e.open(sess, f.Ino)
+	e.unlink(d.Ino, "f")
+	e.wantUsage(d.Ino, 1000, 1) // an orphan, still open
+	e.release(sess, h)
+	e.wantUsage(d.Ino, 0, 0)
+	e.create(d.Ino, "g")
+
+	// Break the usage.
+	if err := e.s.update(func(t *txn) error {
+		return t.putQuotaRecord(d.Ino, &mdspb.QuotaRecord{UsedBytes: 5, UsedInodes: 9})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.c.CheckQuotas(ctx, &mdspb.CheckQuotasRequest{})
+	if err != nil || len(r.Checks) != 1 || r.Checks[0].RealInodes != 1 || r.Checks[0].Quota.UsedInodes != 9 || r.Checks[0].Repaired {
+		t.Fatalf("check: %v %v", r, err)
+	}
+	r, err = e.c.CheckQuotas(ctx, &mdspb.CheckQuotasRequest{Repair: true})
+	if err != nil || !r.Checks[0].Repaired {
+		t.Fatalf("repair: %v %v", r, err)
+	}
+	e.wantUsage(d.Ino, 0, 1)
+}

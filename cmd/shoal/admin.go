@@ -55,7 +55,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 		adminDfCmd(af), adminOstsCmd(af), adminSetstripeCmd(af), adminGetstripeCmd(af),
 		adminRepairCmd(af), adminDrainCmd(af), adminUndrainCmd(af), adminRemoveCmd(af),
 		adminRebalanceCmd(af), adminScrubCmd(af), adminFsckCmd(af), adminGCCmd(af),
-		adminMdsCmd(af), adminMigrateCmd(af), adminStatusCmd(af),
+		adminMdsCmd(af), adminMigrateCmd(af), adminStatusCmd(af), adminQuotaCmd(af),
 	)
 	return cmd
 }

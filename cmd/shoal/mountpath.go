@@ -180,6 +180,9 @@ var (
 		"shoal admin setstripe": true,
 		"shoal admin getstripe": true,
 		"shoal admin migrate":   true,
+		"shoal admin quota set": true,
+		"shoal admin quota get": true,
+		"shoal admin quota rm":  true,
 	}
 	pathFlags = map[string]string{"shoal ckpt": "root"}
 )
