@@ -48,6 +48,7 @@ func TestCSIVolumeLifecycle(t *testing.T) {
 	if v.GetVolumeId() != "pvc-1" || v.GetCapacityBytes() != 64*mib {
 		t.Fatalf("CreateVolume: %v", v)
 	}
+	wantQuota(t, r, "/volumes/pvc-1", 64*mib)
 	// Again: the same volume. Another capacity, a block volume, an
 	// unknown parameter: refused.
 	if again, err := cc.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: caps,
@@ -126,10 +127,12 @@ func TestCSIVolumeLifecycle(t *testing.T) {
 	if err != nil || ex.GetCapacityBytes() != 128*mib || ex.GetNodeExpansionRequired() {
 		t.Fatalf("ControllerExpandVolume: %v, %v", ex, err)
 	}
+	wantQuota(t, r, "/volumes/pvc-1", 128*mib)
 	ex, err = cc.ControllerExpandVolume(ctx, &csipb.ControllerExpandVolumeRequest{VolumeId: "pvc-1", CapacityRange: &csipb.CapacityRange{RequiredBytes: 8 * mib}})
 	if err != nil || ex.GetCapacityBytes() != 128*mib {
 		t.Fatalf("ControllerExpandVolume down: %v, %v; want it kept at 128 MiB", ex, err)
 	}
+	wantQuota(t, r, "/volumes/pvc-1", 128*mib)
 	_, err = cc.ControllerExpandVolume(ctx, &csipb.ControllerExpandVolumeRequest{VolumeId: "pvc-none", CapacityRange: &csipb.CapacityRange{RequiredBytes: 8 * mib}})
 	wantCode(t, "ControllerExpandVolume of no volume", err, codes.NotFound)
 	if again, err := cc.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: caps,
@@ -158,6 +161,60 @@ func TestCSIVolumeLifecycle(t *testing.T) {
 	}
 	if es, err := r.cl.ReadDir(ctx, "/volumes"); err != nil || len(es) != 0 {
 		t.Fatalf("/volumes after DeleteVolume: %v, %v; want empty (no staging or trash left)", es, err)
+	}
+	if qs, err := r.cl.ListQuotas(ctx); err != nil || len(qs) != 0 {
+		t.Fatalf("quotas after DeleteVolume: %v, %v; want none", qs, err)
+	}
+}
+
+// wantQuota checks the byte limit of the quota of directory p.
+func wantQuota(t *testing.T, r *rig, p string, limit uint64) {
+	t.Helper()
+	q, err := r.cl.GetQuota(context.Background(), p)
+	if err != nil || q.LimitBytes != limit {
+		t.Fatalf("quota of %s: %+v, %v; want a limit of %d bytes", p, q, err, limit)
+	}
+}
+
+// TestCSIQuota: a pod that writes more than its claim's size through the
+// published volume gets EDQUOT, and an expansion lets it write on.
+func TestCSIQuota(t *testing.T) {
+	r := startRig(t)
+	ctx := context.Background()
+	cc, nc := r.controller(), r.node()
+	const mib = 1 << 20
+	if _, err := cc.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "pvc-small", VolumeCapabilities: []*csipb.VolumeCapability{mountCap(rwx)},
+		CapacityRange: &csipb.CapacityRange{RequiredBytes: 4 * mib}}); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "mount")
+	if _, err := nc.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{VolumeId: "pvc-small", TargetPath: target, VolumeCapability: mountCap(rwx)}); err != nil {
+		t.Fatal(err)
+	}
+	defer nc.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: "pvc-small", TargetPath: target})
+	write := func(name string, n int) error {
+		f, err := os.Create(filepath.Join(target, name))
+		if err != nil {
+			return err
+		}
+		_, werr := f.Write(make([]byte, n))
+		if err := f.Close(); werr == nil {
+			werr = err
+		}
+		return werr
+	}
+	if err := write("a", 8*mib); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("8 MiB into a 4 MiB volume: %v, want EDQUOT", err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(target, &st); err == nil {
+		t.Logf("df of the volume: %d bytes, %d free", st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize))
+	}
+	if _, err := cc.ControllerExpandVolume(ctx, &csipb.ControllerExpandVolumeRequest{VolumeId: "pvc-small", CapacityRange: &csipb.CapacityRange{RequiredBytes: 32 * mib}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := write("b", 8*mib); err != nil {
+		t.Fatalf("8 MiB after the expansion to 32 MiB: %v", err)
 	}
 }
 

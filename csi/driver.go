@@ -217,7 +217,7 @@ func codeOf(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, errs.ErrPermission), errors.Is(err, errs.ErrNotPermitted):
 		return codes.PermissionDenied
-	case errors.Is(err, errs.ErrNoSpace):
+	case errors.Is(err, errs.ErrNoSpace), errors.Is(err, errs.ErrQuota):
 		return codes.ResourceExhausted
 	case errors.Is(err, errs.ErrUnavailable), errors.Is(err, errs.ErrNotLeader):
 		return codes.Unavailable

@@ -3,7 +3,6 @@ package csi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path"
 
 	"github.com/shoalfs/shoal/client"
@@ -141,6 +140,3 @@ func (n clientNS) StatFs(ctx context.Context) (uint64, uint64, error) {
 	}
 	return s.TotalBytes, s.FreeBytes, nil
 }
-
-// errNoQuotas is SetQuota's error on a cluster without quotas.
-var errNoQuotas = fmt.Errorf("directory quotas: %w", errs.ErrNotSupported)

@@ -1,13 +1,26 @@
 package csi
 
-import "context"
+import (
+	"context"
+	"errors"
 
-// The quota calls of the client's Namespace. The cluster's directory
-// quotas (client/quota.go) are wired here once they exist; until then
-// volumes are made without enforcement.
+	"github.com/shoalfs/shoal/internal/errs"
+)
+
+// The quota calls of the client's Namespace: the cluster's directory
+// quotas (client/quota.go, docs/admin.md "Quotas"), on bytes only; a
+// volume's inodes are not limited.
 
 func (n clientNS) SetQuota(ctx context.Context, p string, limitBytes uint64) error {
-	return errNoQuotas
+	if limitBytes == 0 {
+		return n.RemoveQuota(ctx, p)
+	}
+	return n.c.SetQuota(ctx, p, limitBytes, 0)
 }
 
-func (n clientNS) RemoveQuota(ctx context.Context, p string) error { return nil }
+func (n clientNS) RemoveQuota(ctx context.Context, p string) error {
+	if err := n.c.RemoveQuota(ctx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
+		return err
+	}
+	return nil
+}
