@@ -216,6 +216,14 @@ func TestCSIQuota(t *testing.T) {
 	if err := write("b", 8*mib); err != nil {
 		t.Fatalf("8 MiB after the expansion to 32 MiB: %v", err)
 	}
+	// The volume's stats are its quota's (statfs of a quota directory).
+	vs, err := nc.NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: "pvc-small", VolumePath: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := vs.GetUsage()[0]; b.GetTotal() != 32*mib || b.GetUsed() < 8*mib {
+		t.Fatalf("NodeGetVolumeStats after 8 MiB in a 32 MiB volume: %v", b)
+	}
 }
 
 // TestCSIRetain: a volume of a StorageClass with onDelete: retain keeps
