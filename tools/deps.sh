@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the system packages Shoal needs, when they are missing: fuse3
-# (fusermount3, for mounting without root) and sqlite3 (the tests run
+# (fusermount3, for mounting without root), iproute2 (test/netsim) and sqlite3 (the tests run
 # programs on a mount), gcc (the C ABIs), python3 with NumPy (the Python package). Needs root or sudo for apt.
 set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+# iproute2 (ip, tc): the simulated network of hosts (test/netsim, make scale).
+{ command -v ip || command -v /usr/sbin/ip; } >/dev/null 2>&1 && { command -v tc || command -v /usr/sbin/tc; } >/dev/null 2>&1 || need+=(iproute2)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 # gcc: the GPU path's C ABI (cmd/libshoalgds, a c-shared library) and its
 # tests, and the fake CUDA library that checks gds's bindings.
