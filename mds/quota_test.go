@@ -1,6 +1,7 @@
 package mds
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/errs"
@@ -255,4 +256,45 @@ func TestQuotaCheckRepair(t *testing.T) {
 		t.Fatalf("repair: %v %v", r, err)
 	}
 	e.wantUsage(d.Ino, 0, 1)
+}
+
+// BenchmarkQuotaCreate: creates outside any quota (the no-quota path)
+// and inside two nested quotas (both charged and checked).
+func BenchmarkQuotaCreate(b *testing.B) {
+	e := startEnv(b, testOptions(b), newClock())
+	plain := e.mkdirB(b, rootIno, "plain")
+	outer := e.mkdirB(b, rootIno, "outer")
+	inner := e.mkdirB(b, outer, "inner")
+	for _, q := range []uint64{outer, inner} {
+		if _, err := e.c.SetQuota(ctx, &mdspb.SetQuotaRequest{Ino: q, LimitBytes: 1 << 40, LimitInodes: 1 << 40}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct {
+		name string
+		dir  uint64
+	}{{"none", plain}, {"nested", inner}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := range b.N {
+				if _, err := e.c.Create(ctx, &mdspb.CreateRequest{Parent: bc.dir, Name: fmt.Appendf(nil, "f%d", i), Mode: 0o644}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			for i := range b.N {
+				if _, err := e.c.Unlink(ctx, &mdspb.UnlinkRequest{Parent: bc.dir, Name: fmt.Appendf(nil, "f%d", i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
+		})
+	}
+}
+
+func (e *env) mkdirB(b *testing.B, parent uint64, name string) uint64 {
+	r, err := e.c.Mkdir(ctx, &mdspb.CreateRequest{Parent: parent, Name: []byte(name), Mode: 0o755})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r.Attr.Ino
 }
