@@ -23,6 +23,7 @@ package mds
 //	"n" + ino(8)                        unlink time ns(8): orphan, an inode with no name left, kept while open
 //	"x" + ino(8) + name                 xattr value (name includes its namespace: "user.x")
 //	"L"                                 time ns(8): a directory lease was granted once (dirlease.go)
+//	"y" + dir ino(8)                    mdspb.QuotaRecord: a directory quota's limits and usage (quota.go)
 //
 // Counters ("c" keys): "next_ino", "next_extent", "next_ost" hold the next
 // id to allocate and are written in the same batch as the object that uses
