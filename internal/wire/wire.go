@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/shoalfs/shoal/internal/errs"
@@ -200,6 +202,9 @@ func ServerOptions(opts ...ServerOpt) []grpc.ServerOption {
 		// per call spent about a fifth of a small call's CPU growing its
 		// stack (docs/performance.md, "Metadata round trips").
 		grpc.NumStreamWorkers(streamWorkers),
+		// Clients ping every KeepaliveTime (Dial); gRPC's default policy
+		// (one ping per 5 minutes) would close their connections.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
 	}
 	if so.creds != nil {
 		var tc credentials.TransportCredentials = so.creds.serverTransport()
@@ -237,5 +242,19 @@ func Dial(addr string, opts ...DialOption) (*grpc.ClientConn, error) {
 		grpc.WithInitialConnWindowSize(32<<20),
 		grpc.WithReadBufferSize(1<<20),
 		grpc.WithWriteBufferSize(1<<20),
+		// A peer whose host is cut off (link down, power lost) sends no
+		// RST: without pings a call on its connection waits until the
+		// host comes back, and an MDS group's client never moved to the
+		// new leader (docs/scale.md, "Failures of hosts").
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true}),
 	)
 }
+
+// KeepaliveTime is how long a client connection may hear nothing from its
+// server before it pings (gRPC's least: 10 s), and KeepaliveTimeout how
+// long it then waits for the answer before it fails its calls with
+// UNAVAILABLE (which a GroupConn retries at the next member).
+const (
+	KeepaliveTime    = 10 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+)
