@@ -6,7 +6,7 @@
 //
 //	driver [common flags] setup  --dir D --k K --m M --unit U
 //	driver [common flags] write  --dir D --prefix P --files N --size S --threads T [--until FILE] [--acked FILE]
-//	driver [common flags] read   --dir D --prefix P --files N --size S --threads T [--loops L]
+//	driver [common flags] read   --dir D --prefix P --files N --size S --threads T [--loops L | --until FILE]
 //	driver [common flags] verify --acked FILE
 //	driver [common flags] meta   --dir D --n N
 //	driver [common flags] lock   --file PATH        (holds a write lock until killed)
@@ -83,7 +83,7 @@ func main() {
 	size := fs.Int64("size", 8<<20, "bytes per file (whole MiB)")
 	threads := fs.Int("threads", 4, "threads")
 	loops := fs.Int("loops", 1, "read passes")
-	until := fs.String("until", "", "write: keep writing new files until this file exists")
+	until := fs.String("until", "", "write: keep writing new files, read: keep reading the files again, until this file exists")
 	acked := fs.String("acked", "", "write: append each acknowledged file here; verify: the list to check")
 	k := fs.Uint("k", 2, "setup: data chunks")
 	m := fs.Uint("m", 1, "setup: parity chunks")
@@ -107,7 +107,7 @@ func main() {
 	case "write":
 		out, err = write(ctx, cl, *dir, *prefix, *files, *size, *threads, *until, *acked)
 	case "read":
-		out, err = read(ctx, cl, *dir, *prefix, *files, *size, *threads, *loops)
+		out, err = read(ctx, cl, *dir, *prefix, *files, *size, *threads, *loops, *until)
 	case "verify":
 		out, err = verify(ctx, cl, *acked)
 	case "meta":
@@ -236,7 +236,7 @@ func (t *tally) add(name string, size int64, d time.Duration, err error) {
 	t.r.Files++
 	t.r.Bytes += size
 	if t.acked != nil {
-		fmt.Fprintf(t.acked, "%s %d\n", name, size)
+		fmt.Fprintf(t.acked, "%s %d %d\n", name, size, time.Now().UnixNano())
 	}
 }
 
@@ -282,7 +282,7 @@ func write(ctx context.Context, cl *client.Client, dir, prefix string, files int
 	return t.finish(start), nil
 }
 
-func read(ctx context.Context, cl *client.Client, dir, prefix string, files int, size int64, threads, loops int) (any, error) {
+func read(ctx context.Context, cl *client.Client, dir, prefix string, files int, size int64, threads, loops int, until string) (any, error) {
 	t := &tally{}
 	var next atomic.Int64
 	start := time.Now()
@@ -291,8 +291,13 @@ func read(ctx context.Context, cl *client.Client, dir, prefix string, files int,
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= files*loops {
+				if until == "" && i >= files*loops {
 					return
+				}
+				if until != "" {
+					if _, err := os.Stat(until); err == nil {
+						return
+					}
 				}
 				name := path.Join(dir, fmt.Sprintf("%s-%d", prefix, i%files))
 				t0 := time.Now()
