@@ -3,6 +3,7 @@ package netsim
 import (
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // was read, then written to the other side; reading goes on meanwhile,
 // so a stream keeps its bandwidth and only gains latency (as netem's
 // delay does). A round trip through the relay gains 2*Delay, plus the
-// timer's lateness (tens of µs).
+// scheduler's lateness (TestLatency measures it with a TCP ping-pong).
 type Relay struct {
 	Addr  string // where clients dial: BridgeIP:port
 	to    string
@@ -84,9 +85,7 @@ func (r *Relay) pipe(src, dst net.Conn) {
 		}
 	}()
 	for c := range q {
-		if d := time.Until(c.at); d > 0 {
-			time.Sleep(d)
-		}
+		wait(c.at)
 		if _, err := dst.Write(c.b); err != nil {
 			src.Close()
 			io.Copy(io.Discard, src)
@@ -95,6 +94,20 @@ func (r *Relay) pipe(src, dst net.Conn) {
 	}
 	if tc, ok := dst.(*net.TCPConn); ok {
 		tc.CloseWrite()
+	}
+}
+
+// wait returns at t. time.Sleep of 0.5 ms took about 1.1 ms here (the
+// runtime's timers wake on a millisecond grain), which made the relay's
+// added round trip 2.2 ms instead of 1 ms: so it sleeps only to 1 ms
+// before t and yields the processor in a loop for the rest (CPU, but
+// only while bytes are in flight).
+func wait(t time.Time) {
+	if d := time.Until(t); d > time.Millisecond {
+		time.Sleep(d - time.Millisecond)
+	}
+	for time.Now().Before(t) {
+		runtime.Gosched()
 	}
 }
 

@@ -26,9 +26,11 @@ import (
 	"hash/fnv"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +93,7 @@ func main() {
 	n := fs.Int("n", 200, "meta: operations of each kind")
 	file := fs.String("file", "/netsim/lockfile", "lock: the file")
 	timeout := fs.Duration("timeout", 60*time.Second, "trylock: give up after")
+	metrics := fs.String("metrics", "", "meta: the MDS's /metrics URL, to count its RPCs of each phase")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		fail(err)
 	}
@@ -111,7 +114,7 @@ func main() {
 	case "verify":
 		out, err = verify(ctx, cl, *acked)
 	case "meta":
-		out, err = meta(ctx, cl, *dir, *n)
+		out, err = meta(ctx, cl, *dir, *n, *metrics)
 	case "lock":
 		err = lock(ctx, cl, *file)
 	case "trylock":
@@ -334,7 +337,7 @@ func verify(ctx context.Context, cl *client.Client, acked string) (any, error) {
 // close) of the files made, each in a fresh client so that no cache
 // from the previous phase answers (the stats of a fresh client still use
 // its own directory leases as they go).
-func meta(ctx context.Context, cl *client.Client, dir string, n int) (any, error) {
+func meta(ctx context.Context, cl *client.Client, dir string, n int, metrics string) (any, error) {
 	if err := cl.MkdirAll(ctx, dir, 0o777); err != nil {
 		return nil, err
 	}
@@ -342,9 +345,10 @@ func meta(ctx context.Context, cl *client.Client, dir string, n int) (any, error
 	for i := range names {
 		names[i] = path.Join(dir, fmt.Sprintf("m-%d", i))
 	}
-	res := map[string]float64{}
+	res := map[string]any{}
 	phase := func(kind string, op func(string) error) error {
 		lat := make([]float64, 0, n)
+		ops0 := mdsOps(metrics)
 		start := time.Now()
 		for _, nm := range names {
 			t0 := time.Now()
@@ -356,6 +360,15 @@ func meta(ctx context.Context, cl *client.Client, dir string, n int) (any, error
 		sort.Float64s(lat)
 		res[kind+"_per_s"] = float64(n) / time.Since(start).Seconds()
 		res[kind+"_p50_ms"] = lat[len(lat)/2]
+		if metrics != "" {
+			rpcs := map[string]float64{}
+			for op, v := range mdsOps(metrics) {
+				if d := (v - ops0[op]) / float64(n); d >= 0.05 {
+					rpcs[op] = d
+				}
+			}
+			res[kind+"_mds_rpcs"] = rpcs
+		}
 		return nil
 	}
 	err := phase("create", func(nm string) error {
@@ -380,6 +393,36 @@ func meta(ctx context.Context, cl *client.Client, dir string, n int) (any, error
 		return f.Close(ctx)
 	})
 	return res, err
+}
+
+// mdsOps reads shoal_mds_ops_total of each op from the MDS's /metrics.
+func mdsOps(url string) map[string]float64 {
+	m := map[string]float64{}
+	if url == "" {
+		return m
+	}
+	r, err := http.Get(url)
+	if err != nil {
+		return m
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "shoal_mds_ops_total{")
+		if !ok {
+			continue
+		}
+		i := strings.Index(rest, `op="`)
+		j := strings.LastIndexByte(rest, ' ')
+		if i < 0 || j < 0 {
+			continue
+		}
+		op := rest[i+4:]
+		op = op[:strings.IndexByte(op, '"')]
+		v, _ := strconv.ParseFloat(rest[j+1:], 64)
+		m[op] += v
+	}
+	return m
 }
 
 func lockArgs() *client.FileLock {
