@@ -3,6 +3,7 @@ package netsim
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,6 +37,13 @@ type Point struct {
 	OSTCPUPerMiB    float64 `json:"ost_cpu_s_per_MiB"`
 }
 
+func (p Point) rounded() Point {
+	r := func(v, unit float64) float64 { return math.Round(v/unit) * unit }
+	p.WriteMiBps, p.ReadMiBps, p.WriteWireMiBps = r(p.WriteMiBps, 0.01), r(p.ReadMiBps, 0.01), r(p.WriteWireMiBps, 0.01)
+	p.ClientCPUPerMiB, p.OSTCPUPerMiB = r(p.ClientCPUPerMiB, 0.0001), r(p.OSTCPUPerMiB, 0.0001)
+	return p
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
@@ -49,6 +57,7 @@ const scaleK, scaleM = 2, 1
 // measure writes then reads mibPerOST MiB per OST host from clients
 // client hosts at once, 4 MiB files, 4 threads each.
 func measure(t *testing.T, c *Cluster, clients, mibPerOST int, tag string) Point {
+	threads := envInt("SHOAL_SCALE_THREADS", 4)
 	const fileMiB = 4
 	files := max(1, len(c.OSTs)*mibPerOST/fileMiB/clients)
 	p := Point{OSTHosts: len(c.OSTs), ClientHosts: clients}
@@ -62,7 +71,7 @@ func measure(t *testing.T, c *Cluster, clients, mibPerOST int, tag string) Point
 			wg.Go(func() {
 				out := filepath.Join(c.Dir, fmt.Sprintf("%s-%s-%d.json", tag, phase, i))
 				pr := c.StartDriver(i, out, phase, "--dir", "/scale", "--prefix", fmt.Sprintf("%s-c%d", tag, i),
-					"--files", strconv.Itoa(files), "--size", strconv.Itoa(fileMiB<<20), "--threads", "4")
+					"--files", strconv.Itoa(files), "--size", strconv.Itoa(fileMiB<<20), "--threads", strconv.Itoa(threads))
 				if ok, err := pr.Wait(5 * time.Minute); !ok || err != nil {
 					errs[i] = fmt.Errorf("driver %s on %s: %v: %s", phase, pr.Host.Name, err, pr.Tail())
 					return
@@ -123,7 +132,8 @@ func (c *Cluster) ostCPU() float64 {
 // TestScale is `make scale`'s scaling run: aggregate write and read
 // throughput with 3, 6 and 12 OST hosts, each behind a link of
 // SHOAL_SCALE_MBIT (default 40) Mbit/s both ways, from one client host
-// and from SHOAL_SCALE_CLIENTS (default 4). It writes the figures as one
+// and from SHOAL_SCALE_CLIENTS (default 4), each with SHOAL_SCALE_THREADS
+// (default 4) threads; SHOAL_SCALE_OSTS (e.g. "12") picks the points. It writes the figures as one
 // line of JSON to $SHOAL_SCALE_OUT. Skipped unless SHOAL_SCALE=1.
 func TestScale(t *testing.T) {
 	if os.Getenv("SHOAL_SCALE") != "1" {
@@ -133,7 +143,15 @@ func TestScale(t *testing.T) {
 	clients := envInt("SHOAL_SCALE_CLIENTS", 4)
 	mib := envInt("SHOAL_SCALE_MIB_PER_OST", 24)
 	var pts []Point
-	for _, n := range []int{3, 6, 12} {
+	sizes := []int{3, 6, 12}
+	if v := os.Getenv("SHOAL_SCALE_OSTS"); v != "" { // e.g. "12": one point
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, _ := strconv.Atoi(f)
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
 		t.Run(fmt.Sprintf("osts=%d", n), func(t *testing.T) {
 			c := StartCluster(t, ClusterOptions{MDS: 1, OSTs: n, Clients: clients, OSTRate: fmt.Sprintf("%dmbit", mbit)})
 			if err := c.Driver(0, nil, time.Minute, "setup", "--dir", "/scale", "--k", strconv.Itoa(scaleK), "--m", strconv.Itoa(scaleM), "--unit", strconv.Itoa(256<<10)); err != nil {
@@ -143,7 +161,7 @@ func TestScale(t *testing.T) {
 				p := measure(t, c, cl, mib, fmt.Sprintf("n%dc%d", n, cl))
 				t.Logf("ost_hosts=%d client_hosts=%d write %.1f MiB/s (wire %.1f) read %.1f MiB/s; links sum %.1f MiB/s; cpu s/MiB client %.3f osts %.3f",
 					n, cl, p.WriteMiBps, p.WriteWireMiBps, p.ReadMiBps, float64(n*mbit)/8*1e6/(1<<20), p.ClientCPUPerMiB, p.OSTCPUPerMiB)
-				pts = append(pts, p)
+				pts = append(pts, p.rounded())
 			}
 			if os.Getenv("SHOAL_SCALE_PROFILE") == "1" && n == 12 {
 				profile(t, c, clients, mib)
