@@ -136,6 +136,7 @@ func TestNetsimQuick(t *testing.T) {
 	if p.WriteMiBps <= 0 || p.ReadMiBps <= 0 {
 		t.Fatalf("no throughput: %+v", p)
 	}
+	c.mountCheck(t, 1)
 	l := c.startLoad("q", size, true)
 	time.Sleep(2 * time.Second)
 	cut := time.Now()
@@ -148,6 +149,33 @@ func TestNetsimQuick(t *testing.T) {
 	l.report(t, "one of 3 OST hosts cut off for 10 s", cut)
 	t.Logf("the OST host counted up again %.1fs after its link came back", back.Seconds())
 	c.verify(t, l)
+}
+
+// mountCheck runs `shoal mount` on client host i, copies 8 MiB into the
+// file system through it and compares it back, in one `ip netns exec`
+// (each has its own mount namespace, so the mount is seen only there).
+func (c *Cluster) mountCheck(t *testing.T, i int) {
+	t.Helper()
+	h := c.Clients[i]
+	dir := filepath.Join(c.Dir, "mount-"+h.Name)
+	tls := c.tlsFlags(h.Name)
+	script := fmt.Sprintf(`set -e
+mkdir -p %[1]s/mnt
+%[2]s mount --mds %[3]s %[4]s %[1]s/mnt 2>%[1]s/mount.log &
+for i in $(seq 100); do mountpoint -q %[1]s/mnt && break; sleep 0.1; done
+head -c 8388608 /dev/urandom > %[1]s/src
+cp %[1]s/src %[1]s/mnt/fail/via-mount
+sync
+cmp %[1]s/src %[1]s/mnt/fail/via-mount
+umount %[1]s/mnt
+wait
+echo ok`, dir, c.Bin, c.MDSAddr, strings.Join(tls, " "))
+	out, err := h.Run(time.Minute, "sh", "-c", script)
+	if err != nil || !strings.Contains(string(out), "ok") {
+		b, _ := os.ReadFile(filepath.Join(dir, "mount.log"))
+		t.Fatalf("shoal mount on %s: %v: %s; mount log: %s", h.Name, err, out, lastLines(string(b), 10))
+	}
+	t.Logf("shoal mount on %s: 8 MiB copied in and compared back", h.Name)
 }
 
 // TestHostFailures cuts off and kills hosts under a writer and a reader
