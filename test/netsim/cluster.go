@@ -60,9 +60,9 @@ var buildOnce struct {
 	err error
 }
 
-// Binaries builds bin/shoal and the driver once per test process (the
-// working tree, as it is), into a directory removed at exit... kept
-// under os.TempDir.
+// Binaries builds shoal and the driver once per test process, from the
+// working tree as it is, into a temporary directory that TestMain
+// removes.
 func Binaries(t testing.TB) (shoal, driver string) {
 	t.Helper()
 	buildOnce.Do(func() {
