@@ -133,7 +133,8 @@ func (c *Cluster) ostCPU() float64 {
 // throughput with 3, 6 and 12 OST hosts, each behind a link of
 // SHOAL_SCALE_MBIT (default 40) Mbit/s both ways, from one client host
 // and from SHOAL_SCALE_CLIENTS (default 4), each with SHOAL_SCALE_THREADS
-// (default 4) threads; SHOAL_SCALE_OSTS (e.g. "12") picks the points. It writes the figures as one
+// (default 4) threads; SHOAL_SCALE_OSTS (e.g. "12" or "6,12") picks the points, and
+// SHOAL_SCALE_CLIENTS=1 measures only the one-client points. It writes the figures as one
 // line of JSON to $SHOAL_SCALE_OUT. Skipped unless SHOAL_SCALE=1.
 func TestScale(t *testing.T) {
 	if os.Getenv("SHOAL_SCALE") != "1" {
@@ -157,7 +158,10 @@ func TestScale(t *testing.T) {
 			if err := c.Driver(0, nil, time.Minute, "setup", "--dir", "/scale", "--k", strconv.Itoa(scaleK), "--m", strconv.Itoa(scaleM), "--unit", strconv.Itoa(256<<10)); err != nil {
 				t.Fatal(err)
 			}
-			for _, cl := range []int{1, clients} {
+			for i, cl := range []int{1, clients} {
+				if i > 0 && cl == 1 {
+					break // SHOAL_SCALE_CLIENTS=1: the one-client point once
+				}
 				p := measure(t, c, cl, mib, fmt.Sprintf("n%dc%d", n, cl))
 				t.Logf("ost_hosts=%d client_hosts=%d write %.1f MiB/s (wire %.1f) read %.1f MiB/s; links sum %.1f MiB/s; cpu s/MiB client %.3f osts %.3f",
 					n, cl, p.WriteMiBps, p.WriteWireMiBps, p.ReadMiBps, float64(n*mbit)/8*1e6/(1<<20), p.ClientCPUPerMiB, p.OSTCPUPerMiB)
