@@ -102,7 +102,7 @@ func (o *PlacementOptions) fullness(capacity, free, unit uint64) (nearfull, full
 type placeRequest struct {
 	layout    *mdspb.Layout
 	chunk     uint64 // bytes of each chunk
-	rot       uint64 // rotation: advanced by one per extent
+	rot       uint64 // extents placed before this one (tile)
 	minChunks int    // fewer OSTs than this able to take a chunk: refuse
 	fullRatio float64
 	excluded  int // OSTs up but excluded by the client (for the message)
@@ -125,12 +125,12 @@ func chunkBytes(l *mdspb.Layout, length uint64) uint64 {
 // Policy: OSTs without room for a chunk (by their reported free space,
 // within the full ratio) are skipped. Of the rest, those with at least
 // half the free space of the emptiest one form the pool (topped up by
-// free space when the pool is smaller than k+m); the pool is ordered by id
-// and the placement is the k+m consecutive OSTs starting at rot mod
-// len(pool). Advancing rot by one per extent gives consecutive extents of
-// a file different placements and rotates which OST holds which chunk
-// (parity included), so every OST gets data, while OSTs far fuller than
-// the rest are left alone.
+// free space when the pool is smaller than k+m), ordered by id, so that
+// OSTs far fuller than the rest are left alone. Which members of the
+// pool take extent number rot, and which chunk each takes, is tile's
+// rule: consecutive extents (of one file, or of every writer together)
+// go to disjoint OSTs while the pool has room for two, and over many
+// extents every OST takes as many data and parity chunks as any other.
 //
 // When fewer than k+m OSTs can take a chunk but at least minChunks can,
 // the extent is placed narrow: its data chunks and as many parity chunks
@@ -173,11 +173,58 @@ func place(cands []candidate, r placeRequest) ([]uint32, error) {
 	pool := usable[:n]
 	sort.Slice(pool, func(i, j int) bool { return pool[i].id < pool[j].id })
 	out := make([]uint32, need) // slots past width stay 0: unplaced parity
-	start := int(r.rot % uint64(len(pool)))
-	for j := range width {
-		out[j] = pool[(start+j)%len(pool)].id
+	for j, i := range tile(len(pool), width, r.rot) {
+		out[j] = pool[i].id
 	}
 	return out, nil
+}
+
+// tile returns where extent number rot puts its w chunks in a pool of p
+// members (p >= w >= 1): chunk j on member tile(p, w, rot)[j]. It is the
+// placement rule, apart from the choice of the pool:
+//
+//   - Extents tile the pool: extent rot starts at member rot*w mod p
+//     and takes w consecutive members, so consecutive extents (those in
+//     flight at once, whoever writes them) use disjoint OSTs when
+//     p >= 2w, and a cycle of p/gcd(p,w) extents in a row covers every
+//     member equally. (The rule before advanced the start by one per
+//     extent: consecutive extents shared w-1 OSTs and others stayed
+//     idle; docs/scale.md.)
+//   - The starts repeat from one cycle to the next, which alone would
+//     give each OST the same chunk index forever (with p a multiple of
+//     w, the first member of a tile always data chunk 0, the last always
+//     parity). So cycle c rotates the chunks within each tile by c mod
+//     w: over w cycles (a block) every member takes every chunk index
+//     w/gcd(p,w) times, data and parity alike.
+//   - With p > 2w, block b moves every tile b members on. Without it,
+//     when w divides p the pool would be cut into p/w fixed groups: the
+//     other chunks of a failed OST's extents would all be on the same
+//     w-1 OSTs, which would carry its whole rebuild and its degraded
+//     reads; with it there are p tiles in all, as there were p windows
+//     before. Once a block, not once a cycle, so that nearly every run
+//     of a cycle's extents still covers the pool exactly; and only with
+//     p > 2w, where the last extent of a block and the first of the
+//     next (starts w+1 apart) stay disjoint.
+func tile(p, w int, rot uint64) []int {
+	cycle := uint64(p / gcd(p, w))
+	c := rot / cycle
+	start := int(rot%cycle) * w % p
+	if p > 2*w {
+		start = (start + int(c/uint64(w)%uint64(p))) % p
+	}
+	s := int(c % uint64(w))
+	out := make([]int, w)
+	for j := range w {
+		out[j] = (start + (j+s)%w) % p
+	}
+	return out
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 func excludedNote(n int) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -48,7 +49,9 @@ func TestPlace(t *testing.T) {
 	}{
 		{name: "exactly k+m", cands: cands(6, 1<<30), req: req42(0), want: []uint32{1, 2, 3, 4, 5, 6}},
 		{name: "rotated", cands: cands(6, 1<<30), req: req42(2), want: []uint32{3, 4, 5, 6, 1, 2}},
-		{name: "8 osts rotated", cands: cands(8, 1<<30), req: req42(5), want: []uint32{6, 7, 8, 1, 2, 3}},
+		// Extent 5 on 8 OSTs: the second cycle of 4 extents (starts 0, 6,
+		// 4, 2), so the chunks turn by one within the tile at 6.
+		{name: "8 osts rotated", cands: cands(8, 1<<30), req: req42(5), want: []uint32{8, 1, 2, 3, 4, 7}},
 		// Fewer than k+m up: narrow, the last parity slots unplaced.
 		{name: "one down", cands: cands(5, 1<<30), req: req42(1), want: []uint32{2, 3, 4, 5, 1, 0}},
 		{name: "two down", cands: cands(4, 1<<30), req: req42(0), want: []uint32{1, 2, 3, 4, 0, 0}},
@@ -64,7 +67,7 @@ func TestPlace(t *testing.T) {
 			// OST 8 is much fuller than the rest: left out of the pool.
 			name:  "fuller ost avoided",
 			cands: append(cands(7, 1<<30), candidate{id: 8, capacity: 1 << 30, free: 1 << 28}),
-			req:   req42(6), want: []uint32{7, 1, 2, 3, 4, 5},
+			req:   req42(6), want: []uint32{2, 3, 4, 5, 6, 7}, // 7 in the pool: start 6*6 mod 7
 		},
 		{
 			// With only k+m usable OSTs, the fuller ones are used anyway.
@@ -105,6 +108,121 @@ func TestPlace(t *testing.T) {
 		}
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v %v, want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// Consecutive extents tile 12 OSTs, with RS 2+1 and 4+2: disjoint
+// placements one after the other, a cycle of them covering each OST
+// once, and over many extents every OST with as many data and as many
+// parity chunks as any other, each chunk index as often.
+func TestPlaceTiles(t *testing.T) {
+	rs21 := &mdspb.Layout{K: 2, M: 1, Unit: 1 << 20}
+	for _, tc := range []struct {
+		layout *mdspb.Layout
+		first  [][]uint32 // the first placements, as written down
+	}{
+		{rs21, [][]uint32{
+			{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}, // cycle 0
+			{2, 3, 1}, {5, 6, 4}, {8, 9, 7}, {11, 12, 10}, // cycle 1: chunks turned by one
+			{3, 1, 2}, {6, 4, 5}, {9, 7, 8}, {12, 10, 11}, // cycle 2
+			{2, 3, 4}, {5, 6, 7}, {8, 9, 10}, {11, 12, 1}, // a new block: tiles moved by one
+		}},
+		{rs42, [][]uint32{
+			{1, 2, 3, 4, 5, 6}, {7, 8, 9, 10, 11, 12},
+			{2, 3, 4, 5, 6, 1}, {8, 9, 10, 11, 12, 7},
+			{3, 4, 5, 6, 1, 2}, {9, 10, 11, 12, 7, 8},
+		}},
+	} {
+		k, w := int(tc.layout.K), int(tc.layout.K+tc.layout.M)
+		name := fmt.Sprintf("RS %d+%d", k, w-k)
+		const osts = 12
+		cycle := osts / w
+		var prev []uint32
+		inCycle := map[uint32]int{}
+		roles := map[uint32][]int{} // OST -> extents holding each chunk index
+		const extents = 12 * 6 * 10
+		for rot := range uint64(extents) {
+			got, err := place(cands(osts, 1<<30), placeRequest{layout: tc.layout, chunk: 1 << 20, rot: rot, minChunks: k, fullRatio: DefaultFullRatio})
+			if err != nil || len(got) != w || !distinct(got) || slices.Contains(got, 0) {
+				t.Fatalf("%s extent %d: %v %v", name, rot, got, err)
+			}
+			if rot < uint64(len(tc.first)) && !slices.Equal(got, tc.first[rot]) {
+				t.Errorf("%s extent %d on %v, want %v", name, rot, got, tc.first[rot])
+			}
+			if slices.ContainsFunc(got, func(o uint32) bool { return slices.Contains(prev, o) }) {
+				t.Fatalf("%s extents %d and %d share OSTs: %v, %v", name, rot-1, rot, prev, got)
+			}
+			prev = got
+			for j, o := range got {
+				inCycle[o]++
+				if roles[o] == nil {
+					roles[o] = make([]int, w)
+				}
+				roles[o][j]++
+			}
+			if (rot+1)%uint64(cycle) == 0 {
+				if len(inCycle) != osts || slices.ContainsFunc(slices.Collect(maps.Values(inCycle)), func(n int) bool { return n != 1 }) {
+					t.Fatalf("%s cycle ending at extent %d: chunks per OST %v", name, rot, inCycle)
+				}
+				clear(inCycle)
+			}
+		}
+		for o, r := range roles {
+			for j, n := range r {
+				if n != extents/osts {
+					t.Fatalf("%s: OST %d holds chunk %d of %d extents, want %d (chunk counts %v)", name, o, j, n, extents/osts, r)
+				}
+			}
+		}
+	}
+}
+
+// tile over many pool sizes and widths: w distinct members; consecutive
+// extents disjoint when the pool has room for two; over each block of w
+// cycles every member takes every chunk index equally often; and with
+// p > 2w as many different tiles as members (the old rule's p windows),
+// so a failed OST's extents have their other chunks on many OSTs.
+func TestTile(t *testing.T) {
+	for w := 1; w <= 9; w++ {
+		for p := w; p <= 3*w+2; p++ {
+			g := gcd(p, w)
+			block := w * p / g
+			var prev []int
+			counts := make([][]int, p)
+			for i := range counts {
+				counts[i] = make([]int, w)
+			}
+			tiles := map[string]bool{}
+			for rot := range uint64(block * (p + 1)) {
+				got := tile(p, w, rot)
+				s := slices.Clone(got)
+				slices.Sort(s)
+				if len(got) != w || len(slices.Compact(s)) != w || s[0] < 0 || s[len(s)-1] >= p {
+					t.Fatalf("p %d w %d extent %d: %v", p, w, rot, got)
+				}
+				tiles[fmt.Sprint(s)] = true
+				if p >= 2*w && slices.ContainsFunc(got, func(i int) bool { return slices.Contains(prev, i) }) {
+					t.Fatalf("p %d w %d extents %d and %d overlap: %v, %v", p, w, rot-1, rot, prev, got)
+				}
+				prev = got
+				for j, i := range got {
+					counts[i][j]++
+				}
+				if (rot+1)%uint64(block) == 0 {
+					for i, c := range counts {
+						for j, n := range c {
+							if n != w/g {
+								t.Fatalf("p %d w %d block ending at extent %d: member %d has chunk %d %d times, want %d", p, w, rot, i, j, n, w/g)
+							}
+						}
+						clear(c)
+					}
+				}
+			}
+			if p > 2*w && len(tiles) != p {
+				t.Errorf("p %d w %d: %d different tiles, want %d", p, w, len(tiles), p)
+			}
 		}
 	}
 }

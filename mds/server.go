@@ -179,7 +179,7 @@ type Server struct {
 	// mu serializes mutations (one batch at a time) and guards rot.
 	mu struct {
 		sync.Mutex
-		rot uint64 // placement rotation: advanced by one per allocated extent
+		rot uint64 // extents placed so far: the placement rule's counter (tile)
 	}
 
 	osts ostTable
