@@ -8,9 +8,11 @@
 // changed anywhere has a new extent map). Opening a file whose entry has
 // another version drops the entry. Each block of BlockSize bytes is
 // checksummed with CRC32C when it is filled; the checksums are checked
-// once per open of the entry (its first read of a block, or the whole file
-// when Complete is asked, before it is handed to the kernel for
-// passthrough). Any failure of the cache (full, corrupt, I/O errors)
+// once per process (its first read of a block, or the whole file when
+// Complete is asked, before it is handed to the kernel for passthrough),
+// and again after the data file changed on disk (its ino, size and ctime,
+// taken when the entry was last unused). Filled blocks are written by
+// background writers, off the reader's path (fill.go). Any failure of the cache (full, corrupt, I/O errors)
 // degrades to the caller's own read with a log line and a metric, never to
 // an error or wrong bytes.
 //
@@ -93,6 +95,10 @@ type Cache struct {
 	stop chan struct{}
 	done chan struct{} // closed when the flusher has returned
 
+	bufs   sync.Pool        // of *[]byte, one block each (fill.go)
+	writes chan *blockWrite // filled blocks for the writers; closed by Close
+	wwg    sync.WaitGroup   // the writers
+
 	// mu guards the fields in it and each entry's refs, elem and dropped.
 	mu struct {
 		sync.Mutex
@@ -133,6 +139,11 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		return nil, err
 	}
 	go c.flusher()
+	c.writes = make(chan *blockWrite, writeQueue)
+	for range writers {
+		c.wwg.Add(1)
+		go c.writer()
+	}
 	return c, nil
 }
 
@@ -184,6 +195,7 @@ func (c *Cache) load(ctx context.Context) error {
 		keep[de.Name()] = true
 		keep[filepath.Base(c.dataPath(e))] = true
 		c.mu.nextGen = max(c.mu.nextGen, e.gen+1)
+		e.usedSaved = e.used
 		loaded = append(loaded, e)
 	}
 	// Most recent first.
@@ -239,6 +251,8 @@ func (c *Cache) Close() error {
 	}
 	c.mu.closed = true
 	c.mu.Unlock()
+	close(c.writes) // queueWrite sends only while not closed
+	c.wwg.Wait()
 	close(c.stop)
 	<-c.done
 	c.flush()
@@ -301,10 +315,17 @@ func (c *Cache) Open(ino uint64, v Version, size int64) *Handle {
 	e.refs++
 	e.mu.Lock()
 	e.used = time.Now().UnixNano()
-	e.dirty = true // the new last use orders the LRU after a restart
+	if e.used-e.usedSaved > int64(usedPrecision) {
+		e.dirty = true // the new last use orders the LRU after a restart
+	}
 	e.mu.Unlock()
 	return &Handle{c: c, e: e}
 }
+
+// usedPrecision is how stale the last use in an entry's meta may be: an
+// open does not rewrite the meta for less (the LRU order after a restart
+// is that coarse).
+const usedPrecision = time.Minute
 
 // Invalidate drops the entry of ino, if any: the file is being written.
 func (c *Cache) Invalidate(ino uint64) {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
 	"sort"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -27,15 +29,35 @@ type entry struct {
 	dropped bool          // removed from the cache; handles bypass it
 	used    int64         // last open, unix ns (the LRU order across restarts)
 
+	// usedSaved is the last use the meta file has; guarded by mu.
+	usedSaved int64
+
 	// mu guards the fields below.
-	mu       sync.Mutex
-	present  []bool   // block filled
-	crc      []uint32 // CRC32C of each present block
-	verified []bool   // checked (or filled) since the entry was last unused
-	inflight map[int64]chan struct{}
-	reserved int64 // bytes accounted in Cache.mu.used
-	dirty    bool  // present or crc changed since the meta was written
+	mu      sync.Mutex
+	present []bool   // block filled
+	crc     []uint32 // CRC32C of each present block
+	// verified: checked (or filled) by this process, and the data file
+	// has not changed since (its stamp is still checked).
+	verified []bool
+	checked  stamp                   // the data file as it was when last unused; zero: unknown
+	inflight map[int64]chan struct{} // blocks being filled (read, then written)
+	reserved int64                   // bytes accounted in Cache.mu.used
+	dirty    bool                    // present, crc or used changed since the meta was written
 	f        *os.File
+}
+
+// stamp identifies a data file's contents as the file system sees them:
+// any write to it (another process's, a corruption through the file
+// system) changes its ctime. It does not catch a disk that rots the
+// bytes in place, which the kernel's passthrough reads would not catch
+// either.
+type stamp struct {
+	ino, size uint64
+	ctime     int64
+}
+
+func stampOf(st *syscall.Stat_t) stamp {
+	return stamp{ino: st.Ino, size: uint64(st.Size), ctime: st.Ctim.Nano()}
 }
 
 func newEntry(ino, gen uint64, v Version, size, bs int64) *entry {
@@ -58,6 +80,16 @@ func (e *entry) presentBytes() int64 {
 	return n
 }
 
+// allVerified reports whether every block is checked. Needs e.mu.
+func (e *entry) allVerifiedLocked() bool {
+	for _, v := range e.verified {
+		if !v {
+			return false
+		}
+	}
+	return true
+}
+
 // complete reports whether every block is present.
 func (e *entry) complete() bool {
 	e.mu.Lock()
@@ -70,16 +102,31 @@ func (e *entry) complete() bool {
 	return true
 }
 
-// closeData closes the data file once the entry is unused, and forgets
-// what was verified: the next open checks its blocks again.
+// closeData closes the data file once the entry is unused, and stamps
+// it: what was verified stays so while the file keeps that stamp (the
+// next use checks it, and checks the blocks again when it changed).
 func (e *entry) closeData() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.f != nil {
-		e.f.Close()
-		e.f = nil
+	if e.f == nil {
+		return
 	}
-	clear(e.verified)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(e.f.Fd()), &st); err == nil {
+		e.checked = stampOf(&st)
+	} else {
+		e.checked = stamp{}
+	}
+	e.f.Close()
+	e.f = nil
+}
+
+// checkStampLocked forgets what was verified unless the data file (st)
+// still has the stamp it had when the entry was last unused. Needs e.mu.
+func (e *entry) checkStampLocked(st *syscall.Stat_t) {
+	if st == nil || e.checked == (stamp{}) || stampOf(st) != e.checked {
+		clear(e.verified)
+	}
 }
 
 // dataFile returns the open data file, creating it (sparse, of the file's
@@ -92,14 +139,34 @@ func (e *entry) dataFileLocked(c *Cache) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st, err := f.Stat(); err != nil || st.Size() != e.size {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Size != e.size {
 		if err := f.Truncate(e.size); err != nil {
 			f.Close()
 			return nil, err
 		}
+		e.checkStampLocked(nil)
+	} else {
+		e.checkStampLocked(&st)
 	}
 	e.f = f
 	return f, nil
+}
+
+// unchangedLocked reports whether the blocks verified earlier can still be
+// trusted without reading them: the data file is open in this use, or it
+// still has its stamp. Needs e.mu.
+func (e *entry) unchangedLocked(c *Cache) bool {
+	if e.f != nil {
+		return true
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(c.dataPath(e), &st); err != nil {
+		e.checkStampLocked(nil)
+		return false
+	}
+	e.checkStampLocked(&st)
+	return e.allVerifiedLocked()
 }
 
 func sortByUse(es []*entry) {
@@ -158,19 +225,27 @@ func (h *Handle) Release() {
 }
 
 // Complete reports whether every block of the file is cached and checks
-// them all first (reading the whole data file): a file it reports
-// complete may be handed to the kernel, whose reads are not checked. A
-// corrupt block drops the entry.
+// them all first (reading the whole data file, unless this process
+// checked them already and the file has not changed since): a file it
+// reports complete may be handed to the kernel, whose reads are not
+// checked. A corrupt block drops the entry.
 func (h *Handle) Complete(ctx context.Context) bool {
 	if h.bypass() || h.e.size == 0 || !h.e.complete() {
 		return false
 	}
-	buf := make([]byte, h.e.bs)
+	h.e.mu.Lock()
+	ok := h.e.allVerifiedLocked() && h.e.unchangedLocked(h.c)
+	h.e.mu.Unlock()
+	if ok {
+		return !h.bypass()
+	}
+	bp := h.c.getBuf()
+	defer h.c.putBuf(bp)
 	for b := int64(0); b*h.e.bs < h.e.size; b++ {
 		if ctx.Err() != nil {
 			return false
 		}
-		if _, err := h.readBlock(b, buf); err != nil {
+		if _, err := h.readBlock(b, *bp); err != nil {
 			return false
 		}
 	}
@@ -178,9 +253,14 @@ func (h *Handle) Complete(ctx context.Context) bool {
 }
 
 // OpenData opens the (complete, checked) data file read-only, for the
-// kernel's passthrough: the caller closes it.
+// kernel's passthrough: the caller closes it. The kernel reads it with
+// the file's own read-ahead, widened for a sequential reader.
 func (h *Handle) OpenData() (*os.File, error) {
-	return os.Open(h.c.dataPath(h.e))
+	f, err := os.Open(h.c.dataPath(h.e))
+	if err == nil {
+		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
+	}
+	return f, err
 }
 
 // readBlock returns block b in buf (checked against its CRC32C unless
@@ -194,8 +274,8 @@ func (h *Handle) readBlock(b int64, buf []byte) ([]byte, error) {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("block %d not present", b)
 	}
-	want, checked := e.crc[b], e.verified[b]
 	f, err := e.dataFileLocked(h.c)
+	want, checked := e.crc[b], e.verified[b] // after the open, which checks the stamp
 	e.mu.Unlock()
 	if err != nil {
 		h.c.fail(e, "io", "cache: open data file", err)
@@ -215,154 +295,4 @@ func (h *Handle) readBlock(b int64, buf []byte) ([]byte, error) {
 		e.mu.Unlock()
 	}
 	return buf[:n], nil
-}
-
-// ReadAt reads len(p) file bytes at off: present blocks from the cache,
-// the others from read, which fills them into the cache on the way. It
-// returns what read would: io.EOF at the end of the file. A failing cache
-// falls back to read.
-func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64, read ReadFunc) (int, error) {
-	e := h.e
-	if h.bypass() || off < 0 {
-		h.c.met.misses.Inc()
-		return read(ctx, p, off)
-	}
-	if off >= e.size {
-		return 0, io.EOF
-	}
-	n := int(min(int64(len(p)), e.size-off))
-	var buf []byte
-	for done := 0; done < n; {
-		pos := off + int64(done)
-		b := pos / e.bs
-		bstart := b * e.bs
-		want := min(int64(n-done), bstart+e.blockLen(b)-pos)
-		dst := p[done : done+int(want)]
-		hit, err := h.serveBlock(ctx, b, pos, dst, &buf, read)
-		if err != nil {
-			return done, err
-		}
-		if hit {
-			h.c.met.hits.Inc()
-			h.c.met.hitBytes.Add(float64(want))
-		} else {
-			h.c.met.misses.Inc()
-		}
-		done += int(want)
-	}
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
-// serveBlock copies file bytes [pos, pos+len(dst)) of block b into dst,
-// from the cache when present, else filling the block from read. It
-// reports whether the bytes came from the cache.
-func (h *Handle) serveBlock(ctx context.Context, b, pos int64, dst []byte, buf *[]byte, read ReadFunc) (bool, error) {
-	e := h.e
-	bstart := b * e.bs
-	for {
-		if h.bypass() {
-			return false, readFull(ctx, read, dst, pos)
-		}
-		e.mu.Lock()
-		if ch, ok := e.inflight[b]; ok {
-			e.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return false, ctx.Err()
-			}
-		}
-		if e.present[b] {
-			checked := e.verified[b]
-			f, err := e.dataFileLocked(h.c)
-			e.mu.Unlock()
-			if err != nil {
-				h.c.fail(e, "io", "cache: open data file", err)
-				continue // bypassed now
-			}
-			if checked {
-				if _, err := f.ReadAt(dst, pos); err != nil {
-					h.c.fail(e, "io", "cache: read data file", err)
-					continue
-				}
-				return true, nil
-			}
-			if *buf == nil {
-				*buf = make([]byte, e.bs)
-			}
-			blk, err := h.readBlock(b, *buf)
-			if err != nil {
-				continue // dropped: read from the cluster
-			}
-			copy(dst, blk[pos-bstart:])
-			return true, nil
-		}
-		ch := make(chan struct{})
-		e.inflight[b] = ch
-		e.mu.Unlock()
-		err := h.fill(ctx, b, pos, dst, buf, read)
-		e.mu.Lock()
-		delete(e.inflight, b)
-		e.mu.Unlock()
-		close(ch)
-		return false, err
-	}
-}
-
-// fill reads block b from the cluster, writes it to the data file with its
-// checksum, and copies the part at pos into dst. Only a read error of the
-// cluster is returned; a cache that cannot take the block is bypassed.
-func (h *Handle) fill(ctx context.Context, b, pos int64, dst []byte, buf *[]byte, read ReadFunc) error {
-	e := h.e
-	n := e.blockLen(b)
-	if !h.c.reserve(e, n) {
-		h.c.warn("full", "cache: full of files in use; reading without caching", "ino", e.ino)
-		h.c.met.errors.WithLabelValues("full").Inc()
-		return readFull(ctx, read, dst, pos)
-	}
-	if *buf == nil {
-		*buf = make([]byte, e.bs)
-	}
-	blk := (*buf)[:n]
-	bstart := b * e.bs
-	if err := readFull(ctx, read, blk, bstart); err != nil {
-		h.c.unreserve(e, n)
-		return err
-	}
-	copy(dst, blk[pos-bstart:])
-	sum := crc32.Checksum(blk, castagnoli)
-	e.mu.Lock()
-	f, err := e.dataFileLocked(h.c)
-	e.mu.Unlock()
-	if err == nil {
-		_, err = f.WriteAt(blk, bstart)
-	}
-	if err != nil {
-		h.c.unreserve(e, n)
-		h.c.fail(e, "io", "cache: write data file; reading without caching", err)
-		return nil
-	}
-	e.mu.Lock()
-	e.present[b], e.crc[b], e.verified[b] = true, sum, true
-	e.dirty = true
-	e.mu.Unlock()
-	h.c.met.fills.Inc()
-	h.c.met.fillBytes.Add(float64(n))
-	return nil
-}
-
-// readFull reads exactly len(p) bytes at off: the caller has clipped the
-// range to the file's size as of its open, so an early EOF means the file
-// is shorter now, and the rest reads as zeros, as a hole would.
-func readFull(ctx context.Context, read ReadFunc, p []byte, off int64) error {
-	n, err := read(ctx, p, off)
-	if err != nil && err != io.EOF {
-		return err
-	}
-	clear(p[n:])
-	return nil
 }

@@ -103,6 +103,7 @@ func (c *Cache) writeMeta(e *entry) error {
 	}
 	b := encodeMetaLocked(e)
 	e.dirty = false
+	e.usedSaved = e.used
 	e.mu.Unlock()
 	tmp := c.metaPath(e.ino) + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
