@@ -95,6 +95,12 @@ type Options struct {
 	// the network, not the disk or the CPU, is the limit. gRPC chunk I/O
 	// is never compressed.
 	WireCompression string
+	// NoShortCircuit turns off the data path's local endpoints: by
+	// default a client reads the chunks of OSTs on its own host from
+	// their files (passed by the OST, verified here) and writes to them
+	// over a unix socket without TLS (docs/data-path.md, "Short-circuit
+	// reads"; docs/security.md).
+	NoShortCircuit bool
 	// Creds is the client's mutual TLS identity (a certificate of role
 	// client or admin); nil: plaintext, for clusters run --insecure.
 	Creds *wire.Creds
@@ -254,7 +260,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 		return nil, fmt.Errorf("client: dial MDS %s: %w", addr, err)
 	}
 	bufs := &datanet.BufPool{}
-	dopts := datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST, Compress: wireCompress(o.WireCompression), Bufs: bufs}
+	dopts := datanet.ClientOptions{MaxIdlePerAddr: o.DataConnsPerOST, Compress: wireCompress(o.WireCompression), Bufs: bufs, ShortCircuit: !o.NoShortCircuit}
 	if o.Creds != nil {
 		dopts.TLS = o.Creds.DataClientConfig // the data path: mutual TLS as on gRPC
 	}

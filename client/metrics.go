@@ -82,11 +82,11 @@ func registerDataStats(reg prometheus.Registerer, stats func() datanet.Stats) {
 		return
 	}
 	for _, d := range []struct {
-		direction     string
-		payload, wire func(datanet.Stats) uint64
+		direction            string
+		payload, wire, local func(datanet.Stats) uint64
 	}{
-		{"write", func(s datanet.Stats) uint64 { return s.WriteBytes }, func(s datanet.Stats) uint64 { return s.WriteWireBytes }},
-		{"read", func(s datanet.Stats) uint64 { return s.ReadBytes }, func(s datanet.Stats) uint64 { return s.ReadWireBytes }},
+		{"write", func(s datanet.Stats) uint64 { return s.WriteBytes }, func(s datanet.Stats) uint64 { return s.WriteWireBytes }, func(s datanet.Stats) uint64 { return s.LocalWriteBytes }},
+		{"read", func(s datanet.Stats) uint64 { return s.ReadBytes }, func(s datanet.Stats) uint64 { return s.ReadWireBytes }, func(s datanet.Stats) uint64 { return s.LocalReadBytes }},
 	} {
 		labels := prometheus.Labels{"direction": d.direction}
 		reg.MustRegister(
@@ -94,6 +94,8 @@ func registerDataStats(reg prometheus.Registerer, stats func() datanet.Stats) {
 				func() float64 { return float64(d.payload(stats())) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shoal_client_data_wire_bytes_total", Help: "Bytes on the wire that carried the chunk payloads, after wire compression, by direction.", ConstLabels: labels},
 				func() float64 { return float64(d.wire(stats())) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shoal_client_data_local_bytes_total", Help: "Chunk payload bytes that went through OSTs' local endpoints on this host (short-circuit reads from the chunk files, writes over unix sockets), by direction.", ConstLabels: labels},
+				func() float64 { return float64(d.local(stats())) }),
 		)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/capability"
@@ -69,7 +70,29 @@ func (s *Server) startData() error {
 		return fmt.Errorf("ost: data path: %w", err)
 	}
 	s.data, s.dataAddr = srv, advertise
+	if !s.opts.NoLocalData {
+		s.startLocal(advertise)
+	}
 	return nil
+}
+
+// startLocal serves the data path's local endpoint for the address
+// advertised (datanet.ListenLocal). An endpoint that cannot be bound (the
+// name is taken in this network namespace) is logged and left out:
+// clients then use TCP.
+func (s *Server) startLocal(advertise string) {
+	lis, err := datanet.ListenLocal(advertise)
+	if err != nil {
+		s.log.Warn("data path: no local endpoint; clients on this host use TCP", "name", datanet.LocalName(advertise), "err", err)
+		return
+	}
+	srv, err := datanet.Serve(lis, datanet.ServerOptions{Handler: dataHandler{s}, Logger: s.log, Bufs: s.bufs, Local: true})
+	if err != nil {
+		lis.Close()
+		s.log.Warn("data path: no local endpoint; clients on this host use TCP", "err", err)
+		return
+	}
+	s.local = srv
 }
 
 // stopData stops the data path, letting requests in flight finish for a
@@ -80,6 +103,11 @@ func (s *Server) stopData() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dataShutdownGrace)
 	defer cancel()
+	if s.local != nil {
+		if err := s.local.Shutdown(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("ost: data path's local endpoint: %w", err)
+		}
+	}
 	if err := s.data.Shutdown(ctx); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("ost: data path: %w", err)
 	}
@@ -117,6 +145,26 @@ func (h dataHandler) ReadChunk(ctx context.Context, req datanet.Request, dst []b
 		return err
 	}
 	return h.s.st.readInto(c, req.Offset, dst)
+}
+
+// OpenChunk serves datanet's OpOpen on the local endpoint: the chunk's
+// data file and checksum table, after the same capability check as a read.
+func (h dataHandler) OpenChunk(ctx context.Context, req datanet.Request) (*os.File, []byte, error) {
+	c, err := checkChunkID(req.Extent, req.Index)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.s.checkToken(req.Cap, c.extent, capability.Read); err != nil {
+		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	f, tab, err := h.s.st.openChunk(c)
+	if err == nil {
+		h.s.m.localOpens.Inc()
+	}
+	return f, tab, err
 }
 
 // checkChunkID validates a chunk id from the wire: extent not 0.

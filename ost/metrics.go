@@ -13,6 +13,7 @@ type metrics struct {
 	writeBytes    prometheus.Counter
 	corruptBlocks prometheus.Counter
 	capRefused    prometheus.Counter
+	localOpens    prometheus.Counter // chunk files passed to local clients (OpOpen)
 	logWrites     prometheus.Counter // chunks written through the chunk log
 	logRetires    prometheus.Counter // log files retired
 	// Scrub (scrub.go), by pass: "background" or "admin".
@@ -37,6 +38,10 @@ func newMetrics() *metrics {
 		corruptBlocks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_ost_corrupt_blocks_total",
 			Help: "Checksum mismatches found: data blocks, or sidecars that are missing or fail their own check.",
+		}),
+		localOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_ost_local_opens_total",
+			Help: "Chunk files passed to clients on this host through the data path's local endpoint, which read them directly (short-circuit reads).",
 		}),
 		capRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_ost_capability_refused_total",
@@ -71,7 +76,7 @@ func (m *metrics) register(reg prometheus.Registerer, st *store) error {
 		return nil
 	}
 	cs := []prometheus.Collector{
-		m.readBytes, m.writeBytes, m.corruptBlocks, m.capRefused, m.logWrites, m.logRetires,
+		m.readBytes, m.writeBytes, m.corruptBlocks, m.capRefused, m.localOpens, m.logWrites, m.logRetires,
 		m.scrubBytes, m.scrubChunks, m.scrubCorrupt,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shoal_ost_chunks",

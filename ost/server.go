@@ -49,6 +49,11 @@ type Options struct {
 	// DataListenOff: no data path; clients use gRPC for chunk I/O. Info
 	// reports the address clients reach it at.
 	DataListen string
+	// NoLocalData turns off the data path's local endpoint: the abstract
+	// unix socket by which clients on this host read chunk files
+	// directly and write without TLS (datanet's local.go;
+	// docs/data-path.md, "Short-circuit reads").
+	NoLocalData bool
 	// DirectIO chooses where chunk data bypasses the page cache
 	// (O_DIRECT); default DirectDefault.
 	DirectIO DirectIO
@@ -135,6 +140,7 @@ type Server struct {
 	bufs *datanet.BufPool
 
 	data     *datanet.Server // the data path; nil when off
+	local    *datanet.Server // its local endpoint; nil when off or not bound
 	dataAddr string          // its address for clients; "" when off
 
 	scrub scrubber // the scrubber's state (scrub.go)

@@ -546,6 +546,36 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 	return nil
 }
 
+// openChunk opens chunk c's data file for reading through the page cache
+// and returns it with its encoded checksum table, checked against the
+// file's size, for a client on this host to read and verify itself
+// (datanet's OpOpen). A chunk in the chunk log, or a store on a file
+// system other than the OS's (tests' fault injection), is
+// errs.ErrNotSupported: the client reads it with OpRead.
+func (st *store) openChunk(c chunkID) (*os.File, []byte, error) {
+	if !st.raw {
+		return nil, nil, fmt.Errorf("ost: open chunk %s: the store is not on the OS's file system: %w", c, errs.ErrNotSupported)
+	}
+	if _, ok := st.clog.get(c); ok {
+		return nil, nil, fmt.Errorf("ost: open chunk %s: in the chunk log: %w", c, errs.ErrNotSupported)
+	}
+	f, err := st.openFile(st.dataPath(c), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, nil, diskErr("open", c, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, diskErr("open", c, err)
+	}
+	tab, err := st.loadSidecar(c, uint64(fi.Size()))
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, tab.Encode(), nil
+}
+
 // openData opens a chunk's data file for reading, with O_DIRECT when
 // direct is set and the file system allows it. It reports whether the file
 // is open with O_DIRECT.
@@ -616,67 +646,21 @@ func (st *store) readSidecar(c chunkID, size uint64) ([]byte, error) {
 }
 
 // readVerified fills dst with bytes [off, off+len(dst)) of the data file f,
-// verifying every block they touch. Whole blocks are read straight into dst,
-// in one ReadAt per run; a partly wanted block at either end goes through a
-// pooled, aligned buffer (f may be open with O_DIRECT).
+// verifying every block they touch (checksum.Table.ReadVerified: whole
+// blocks straight into dst, a partly wanted block at either end through a
+// pooled, aligned buffer, since f may be open with O_DIRECT).
 func (st *store) readVerified(c chunkID, f vfs.File, tab checksum.Table, off uint64, dst []byte) error {
-	bs := uint64(tab.BlockSize)
-	end := off + uint64(len(dst))
-	for pos := off; pos < end; {
-		b := int(pos / bs)
-		bstart, bend := tab.BlockRange(b)
-		if pos == bstart && bend <= end {
-			// A run of whole blocks [pos, runEnd), at most maxRun bytes
-			// (or one block) so that the blocks are still in cache when
-			// their checksums are computed.
-			last := b
-			for last+1 < len(tab.Sums) {
-				_, e := tab.BlockRange(last + 1)
-				if e > end || e-pos > maxRun {
-					break
-				}
-				last++
-			}
-			_, runEnd := tab.BlockRange(last)
-			run := dst[pos-off : runEnd-off]
-			if _, err := f.ReadAt(run, int64(pos)); err != nil {
-				return readErr(c, b, err)
-			}
-			for i := b; i <= last; i++ {
-				s, e := tab.BlockRange(i)
-				if err := st.verify(c, tab, i, run[s-pos:e-pos]); err != nil {
-					return err
-				}
-			}
-			pos = runEnd
-			continue
-		}
-		blk := st.bufs.Get(int(bend - bstart))
-		if _, err := f.ReadAt(blk, int64(bstart)); err != nil {
-			st.bufs.Put(blk)
-			return readErr(c, b, err)
-		}
-		if err := st.verify(c, tab, b, blk); err != nil {
-			st.bufs.Put(blk)
-			return err
-		}
-		stop := min(bend, end)
-		copy(dst[pos-off:stop-off], blk[pos-bstart:stop-bstart])
-		st.bufs.Put(blk)
-		pos = stop
-	}
-	return nil
-}
-
-func (st *store) verify(c chunkID, tab checksum.Table, i int, p []byte) error {
-	err := tab.Verify(i, p)
-	if err == nil {
-		return nil
-	}
+	err := tab.ReadVerified(f, off, dst, maxRun, st.bufs.Get, st.bufs.Put)
+	var re *checksum.ReadError
 	var me *checksum.MismatchError
-	if errors.As(err, &me) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		return readErr(c, re.Block, re.Err)
+	case errors.As(err, &me):
 		st.m.corruptBlocks.Inc()
-		return corruptErr(c, i, "crc32c %08x, want %08x", me.Got, me.Want)
+		return corruptErr(c, me.Block, "crc32c %08x, want %08x", me.Got, me.Want)
 	}
 	return fmt.Errorf("ost: chunk %s: %w", c, err)
 }

@@ -24,7 +24,9 @@ func textLike(n int) []byte {
 // reads files over the TLS data path, text-like ones compressed on the
 // wire both ways and random ones raw; the OSTs store the uncompressed
 // bytes (a client without compression, and a degraded read from parity,
-// read them back). "auto" compresses nothing on loopback.
+// read them back). "auto" compresses nothing on loopback. Wire
+// compression is of TCP: the compressing clients do not use the OSTs'
+// local endpoints (short-circuit), which the plain client does.
 func TestWireCompression(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cl := cluster.Start(t, cluster.Options{OSTs: 3, Layout: smallLayout(), Registry: reg})
@@ -33,7 +35,7 @@ func TestWireCompression(t *testing.T) {
 	for _, name := range []string{"text", "random"} {
 		data := files[name]
 		creg := prometheus.NewRegistry()
-		w := cl.ClientWith(client.Options{WireCompression: client.WireS2, Registry: creg})
+		w := cl.ClientWith(client.Options{WireCompression: client.WireS2, Registry: creg, NoShortCircuit: true})
 		before := counterValue(t, reg, "shoal_ost_write_bytes_total")
 		writeFile(t, w, "/"+name, data)
 		st := w.DataStats()
@@ -45,7 +47,7 @@ func TestWireCompression(t *testing.T) {
 		if uint64(stored) != st.WriteBytes {
 			t.Errorf("%s: the OSTs stored %v bytes, the client wrote %d", name, stored, st.WriteBytes)
 		}
-		r := cl.ClientWith(client.Options{WireCompression: client.WireS2})
+		r := cl.ClientWith(client.Options{WireCompression: client.WireS2, NoShortCircuit: true})
 		got, err := readFile(r, "/"+name)
 		if err != nil {
 			t.Fatalf("%s: read: %v", name, err)
@@ -68,9 +70,12 @@ func TestWireCompression(t *testing.T) {
 			t.Fatalf("%s: read uncompressed: %v", name, err)
 		}
 		mustEqual(t, name+" read uncompressed", got, data)
+		if ps := plain.DataStats(); ps.LocalReadBytes != ps.ReadBytes || ps.ReadWireBytes != 0 {
+			t.Errorf("%s: a client on the OSTs' host read %+v, not all through their local endpoints", name, ps)
+		}
 	}
 	// auto: every OST is on loopback here.
-	a := cl.ClientWith(client.Options{WireCompression: client.WireAuto})
+	a := cl.ClientWith(client.Options{WireCompression: client.WireAuto, NoShortCircuit: true})
 	got, err := readFile(a, "/text")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +86,7 @@ func TestWireCompression(t *testing.T) {
 	}
 	// Degraded: one OST down, the text file reads from parity, compressed.
 	cl.StopOST(0)
-	d := cl.ClientWith(client.Options{WireCompression: client.WireS2})
+	d := cl.ClientWith(client.Options{WireCompression: client.WireS2, NoShortCircuit: true})
 	got, err = readFile(d, "/text")
 	if err != nil {
 		t.Fatalf("degraded read: %v", err)

@@ -30,6 +30,7 @@ type localFlags struct {
 	osts, k, m, mdsReplicas          int
 	unit                             int64
 	debug, allowOther, syncNamespace bool
+	shortCircuit                     bool // OSTs' local endpoints, used by the mount
 	insecure                         bool // plaintext: no CA, no certificates
 	layoutSet                        bool // --k or --m given: no fitting to --osts
 	wireCompression                  string
@@ -84,6 +85,7 @@ uses the same addresses again (the group knows its members by them).`,
 	dataListenFlag(cmd, &f.dataListen, "HOST:0 each OST serves its bulk data path (chunk reads and writes on framed TCP) on, a port each (default 127.0.0.1:0; \"off\": chunk I/O over gRPC only)")
 	syncNamespaceFlag(cmd, &f.syncNamespace)
 	wireCompressionFlag(cmd, &f.wireCompression)
+	shortCircuitFlag(cmd, &f.shortCircuit)
 	mdsWaitFlag(cmd, &f.mdsWait)
 	allowOtherFlag(cmd, &f.allowOther)
 	addWorkerFlags(cmd, &f.worker)
@@ -224,7 +226,7 @@ func runLocal(g *globals, f *localFlags) (err error) {
 	for i := 1; i <= f.osts; i++ {
 		dir := filepath.Join(f.dir, fmt.Sprintf("ost-%02d", i))
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"proc": fmt.Sprintf("ost-%02d", i)}, reg)
-		o, srv, err := startOST(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr, ostCreds, scrub)
+		o, srv, err := startOST(ctx, log.With("proc", fmt.Sprintf("ost-%02d", i)), r, dir, "127.0.0.1:0", "", f.dataListen, mdsAddr, ostCreds, scrub, withLocalData(f.shortCircuit))
 		if err != nil {
 			return err
 		}
@@ -253,7 +255,7 @@ func runLocal(g *globals, f *localFlags) (err error) {
 	if err := os.MkdirAll(f.mount, 0o755); err != nil {
 		return err
 	}
-	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds, WireCompression: f.wireCompression, MDSRetry: mdsRetry(f.mdsWait)})
+	c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log.With("proc", "client"), Registry: prometheus.WrapRegistererWith(prometheus.Labels{"proc": "client"}, reg), EarlyNamespaceReplies: !f.syncNamespace, Creds: mountCreds, WireCompression: f.wireCompression, NoShortCircuit: !f.shortCircuit, MDSRetry: mdsRetry(f.mdsWait)})
 	if err != nil {
 		return err
 	}

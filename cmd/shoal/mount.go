@@ -19,6 +19,7 @@ import (
 
 func newMountCmd(g *globals) *cobra.Command {
 	var mdsAddr, metrics, mountpoint, wireCompression string
+	var shortCircuit bool
 	var debug, allowOther, syncNamespace bool
 	var mdsWait time.Duration
 	var tf tlsFlags
@@ -46,7 +47,7 @@ func newMountCmd(g *globals) *cobra.Command {
 			defer cancel()
 			reloadOnHUP(creds, log.Info, ctx.Done())
 			reg := prometheus.NewRegistry()
-			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds, WireCompression: wireCompression, MDSRetry: mdsRetry(mdsWait)})
+			c, err := client.New(ctx, client.Options{MDS: mdsAddr, Logger: log, Registry: reg, EarlyNamespaceReplies: !syncNamespace, Creds: creds, WireCompression: wireCompression, NoShortCircuit: !shortCircuit, MDSRetry: mdsRetry(mdsWait)})
 			if err != nil {
 				return err
 			}
@@ -79,6 +80,7 @@ func newMountCmd(g *globals) *cobra.Command {
 	allowOtherFlag(cmd, &allowOther)
 	syncNamespaceFlag(cmd, &syncNamespace)
 	wireCompressionFlag(cmd, &wireCompression)
+	shortCircuitFlag(cmd, &shortCircuit)
 	mdsWaitFlag(cmd, &mdsWait)
 	addCacheFlags(cmd, &cf)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")

@@ -126,6 +126,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 func newOSTCmd(g *globals) *cobra.Command {
 	var dir, listen, advertise, mdsAddr, metrics string
 	var dataListen, capacity string
+	var shortCircuit bool
 	var tf tlsFlags
 	var sf scrubFlags
 	cmd := &cobra.Command{
@@ -145,7 +146,7 @@ func newOSTCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub, capOpt)
+				o, srv, err := startOST(ctx, log, reg, dir, listen, advertise, dataListen, mdsAddr, creds, scrub, capOpt, withLocalData(shortCircuit))
 				if err != nil {
 					return err
 				}
@@ -164,12 +165,25 @@ func newOSTCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve gRPC on")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients reach this OST at (default: the listen address)")
 	dataListenFlag(cmd, &dataListen, "address to serve the bulk data path (chunk reads and writes on framed TCP) on (default: the --listen host, any port; \"off\": chunk I/O over gRPC only)")
+	shortCircuitFlag(cmd, &shortCircuit)
 	cmd.Flags().StringVar(&metrics, "metrics", "", "address to serve Prometheus /metrics, /healthz, /readyz and /debug/pprof on (empty: off)")
 	mdsFlag(cmd, &mdsAddr)
 	addTLSFlags(cmd, &tf)
 	addScrubFlags(cmd, &sf)
 	capacityFlag(cmd, &capacity)
 	return configurable(cmd, append(ostChecks(), scrubChecks, capacityCheck)...)
+}
+
+// shortCircuitFlag adds --short-circuit: on an OST, serve the data path's
+// local endpoint; on a client, use the local endpoints of OSTs on its
+// host.
+func shortCircuitFlag(cmd *cobra.Command, dst *bool) {
+	cmd.Flags().BoolVar(dst, "short-circuit", true, "short-circuit reads on one host: OSTs serve a local endpoint (an abstract unix socket) through which clients on the same host read chunk files directly, verified, and write without TLS; off: every chunk goes over TCP (docs/data-path.md)")
+}
+
+// withLocalData is startOST's option for --short-circuit.
+func withLocalData(on bool) func(*ost.Options) {
+	return func(o *ost.Options) { o.NoLocalData = !on }
 }
 
 // dataListenFlag adds --data-listen.

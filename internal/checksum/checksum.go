@@ -20,8 +20,10 @@ package checksum
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 
 	"github.com/shoalfs/shoal/internal/errs"
 )
@@ -197,4 +199,87 @@ func Decode(b []byte) (Table, error) {
 
 func corrupt(format string, args ...any) error {
 	return fmt.Errorf("checksum table: "+format+": %w", append(args, errs.ErrCorrupt)...)
+}
+
+// ReadError is a failed read of block Block in ReadVerified.
+type ReadError struct {
+	Block int
+	Err   error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("block %d: read: %v", e.Block, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// ReadVerified fills dst with bytes [off, off+len(dst)) of r, whose blocks
+// t describes, and verifies every block the range touches. Runs of whole
+// blocks are read straight into dst, in one ReadAt per run of at most
+// maxRun bytes (or one block), so that they are still in the CPU's cache
+// when their checksums are computed; a partly wanted block at either end
+// is read whole into a buffer from get (of exactly the block's length,
+// Align-aligned where r is open with O_DIRECT) and given back with put.
+//
+// Errors: a *ReadError for a failed ReadAt (a short read is
+// io.ErrUnexpectedEOF), a *MismatchError for a block that does not match
+// its checksum, errs.ErrInvalid for a range past t.Length. On an error dst
+// holds garbage.
+func (t Table) ReadVerified(r io.ReaderAt, off uint64, dst []byte, maxRun uint64, get func(int) []byte, put func([]byte)) error {
+	end := off + uint64(len(dst))
+	if end < off || end > t.Length {
+		return fmt.Errorf("checksum: range [%d, %d) outside %d bytes: %w", off, end, t.Length, errs.ErrInvalid)
+	}
+	bs := uint64(t.BlockSize)
+	for pos := off; pos < end; {
+		b := int(pos / bs)
+		bstart, bend := t.BlockRange(b)
+		if pos == bstart && bend <= end {
+			last := b
+			for last+1 < len(t.Sums) {
+				_, e := t.BlockRange(last + 1)
+				if e > end || e-pos > maxRun {
+					break
+				}
+				last++
+			}
+			_, runEnd := t.BlockRange(last)
+			run := dst[pos-off : runEnd-off]
+			if err := readFull(r, run, pos); err != nil {
+				return &ReadError{Block: b, Err: err}
+			}
+			for i := b; i <= last; i++ {
+				s, e := t.BlockRange(i)
+				if err := t.Verify(i, run[s-pos:e-pos]); err != nil {
+					return err
+				}
+			}
+			pos = runEnd
+			continue
+		}
+		blk := get(int(bend - bstart))
+		if err := readFull(r, blk, bstart); err != nil {
+			put(blk)
+			return &ReadError{Block: b, Err: err}
+		}
+		if err := t.Verify(b, blk); err != nil {
+			put(blk)
+			return err
+		}
+		stop := min(bend, end)
+		copy(dst[pos-off:stop-off], blk[pos-bstart:stop-bstart])
+		put(blk)
+		pos = stop
+	}
+	return nil
+}
+
+// readFull is ReadAt of all of p at off, with a short read reported as
+// io.ErrUnexpectedEOF.
+func readFull(r io.ReaderAt, p []byte, off uint64) error {
+	n, err := r.ReadAt(p, int64(off))
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }

@@ -52,6 +52,12 @@ type ClientOptions struct {
 	// Bufs recycles the buffers of compressed payloads; nil gives the
 	// client a pool of its own.
 	Bufs *BufPool
+	// ShortCircuit, when set, sends the requests for a server that has a
+	// local endpoint on this host (local.go) over it: reads pread the
+	// chunk's file, passed by the server, and verify it here; writes go
+	// over the unix socket. Servers without one are remembered for a
+	// while and reached over TCP.
+	ShortCircuit bool
 }
 
 func (o *ClientOptions) setDefaults() {
@@ -76,6 +82,10 @@ func (o *ClientOptions) setDefaults() {
 type Stats struct {
 	WriteBytes, WriteWireBytes uint64
 	ReadBytes, ReadWireBytes   uint64
+	// LocalReadBytes and LocalWriteBytes are those of ReadBytes and
+	// WriteBytes that went through local endpoints (short-circuit reads
+	// from the chunk files; writes over the unix socket): no wire bytes.
+	LocalReadBytes, LocalWriteBytes uint64
 }
 
 // Stats returns the counts so far.
@@ -83,6 +93,7 @@ func (c *Client) Stats() Stats {
 	return Stats{
 		WriteBytes: c.stats.writeBytes.Load(), WriteWireBytes: c.stats.writeWire.Load(),
 		ReadBytes: c.stats.readBytes.Load(), ReadWireBytes: c.stats.readWire.Load(),
+		LocalReadBytes: c.stats.localRead.Load(), LocalWriteBytes: c.stats.localWrite.Load(),
 	}
 }
 
@@ -96,7 +107,9 @@ type Client struct {
 	dialer net.Dialer
 	stats  struct {
 		writeBytes, writeWire, readBytes, readWire atomic.Uint64
+		localRead, localWrite                      atomic.Uint64
 	}
+	local localState // local endpoints and open chunk files (localclient.go)
 
 	mu struct {
 		sync.Mutex
@@ -120,6 +133,7 @@ func NewClient(o ClientOptions) *Client {
 	o.setDefaults()
 	c := &Client{opts: o, dialer: net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}}
 	c.mu.idle = map[string][]*clientConn{}
+	c.local.init()
 	return c
 }
 
@@ -136,6 +150,7 @@ func (c *Client) Close() error {
 			cc.close()
 		}
 	}
+	c.local.close()
 	return nil
 }
 
@@ -150,6 +165,16 @@ func (c *Client) Write(ctx context.Context, addr string, extent uint64, index ui
 		n += uint64(len(b))
 	}
 	req := Request{Op: OpWrite, Extent: extent, Index: index, Length: n, Cap: tok}
+	if c.useLocal(addr) {
+		err := c.do(ctx, addr, req, data, nil, true, nil)
+		if !errors.Is(err, errNoLocal) {
+			if err == nil {
+				c.stats.writeBytes.Add(n)
+				c.stats.localWrite.Add(n)
+			}
+			return err
+		}
+	}
 	if n <= MaxLength && c.opts.Compress != nil && c.opts.Compress(addr) {
 		if f := encodeFrameOf(c.opts.Bufs, data, int(n)); f != nil {
 			defer c.opts.Bufs.Put(f)
@@ -158,7 +183,7 @@ func (c *Client) Write(ctx context.Context, addr string, extent uint64, index ui
 			data = [][]byte{f}
 		}
 	}
-	err := c.do(ctx, addr, req, data, nil)
+	err := c.do(ctx, addr, req, data, nil, false, nil)
 	if err == nil {
 		c.stats.writeBytes.Add(n)
 		wire := n
@@ -183,10 +208,16 @@ func (c *Client) Read(ctx context.Context, addr string, extent uint64, index uin
 		n += uint64(len(b))
 	}
 	req := Request{Op: OpRead, Extent: extent, Index: index, Offset: off, Length: n, Cap: tok}
+	if c.useLocal(addr) {
+		err := c.readLocal(ctx, addr, req, dst)
+		if !errors.Is(err, errNoLocal) {
+			return err
+		}
+	}
 	if n >= MinCompress && c.opts.Compress != nil && c.opts.Compress(addr) {
 		req.Flags |= FlagAcceptS2
 	}
-	return c.do(ctx, addr, req, nil, dst)
+	return c.do(ctx, addr, req, nil, dst, false, nil)
 }
 
 // maxPooledTries bounds the tries of one request on pooled connections
@@ -200,7 +231,11 @@ const maxPooledTries = 3
 // server was made before that failure too, so they are all closed at once
 // (dropIdle), rather than found dead one request at a time. A failure on
 // a connection just dialed is the server's answer: ErrUnavailable.
-func (c *Client) do(ctx context.Context, addr string, req Request, send, recv [][]byte) error {
+//
+// With local, the request goes to addr's local endpoint (local.go); one
+// that cannot be reached fails with errNoLocal, for the caller to go over
+// TCP. out receives an OpOpen's file.
+func (c *Client) do(ctx context.Context, addr string, req Request, send, recv [][]byte, local bool, out *openedChunk) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
@@ -208,13 +243,17 @@ func (c *Client) do(ctx context.Context, addr string, req Request, send, recv []
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("datanet: %v on %s: %w", req.Op, addr, err)
 		}
-		cc, pooled, err := c.get(ctx, addr, attempt >= maxPooledTries)
+		key := addr
+		if local {
+			key = localKey(addr)
+		}
+		cc, pooled, err := c.get(ctx, key, attempt >= maxPooledTries)
 		if err != nil {
 			return err
 		}
-		keep, err := c.exchange(ctx, cc, req, send, recv)
+		keep, err := c.exchange(ctx, cc, req, send, recv, out)
 		if keep {
-			c.put(addr, cc)
+			c.put(key, cc)
 			return err
 		}
 		cc.close()
@@ -223,8 +262,14 @@ func (c *Client) do(ctx context.Context, addr string, req Request, send, recv []
 			return err
 		}
 		if pooled && ctx.Err() == nil {
-			c.dropIdle(addr)
+			c.dropIdle(key)
 			continue
+		}
+		if local {
+			// The server went away since it was found: TCP will say
+			// whether it is back.
+			c.local.setAbsent(addr)
+			return fmt.Errorf("datanet: local %v on %s: %w (%w)", req.Op, addr, errNoLocal, ioe.err)
 		}
 		return fmt.Errorf("datanet: %v on %s: %w (%w)", req.Op, addr, errs.ErrUnavailable, ioe.err)
 	}
@@ -275,6 +320,9 @@ func (c *Client) get(ctx context.Context, addr string, dial bool) (cc *clientCon
 	}
 	if cc != nil {
 		return cc, true, nil
+	}
+	if a, ok := isLocalKey(addr); ok {
+		return c.dialLocal(ctx, a)
 	}
 	conn, err := c.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -339,15 +387,20 @@ func (c *Client) put(addr string, cc *clientConn) {
 // reports whether the connection is still in step for another request.
 // The context's deadline becomes the connection's; its cancellation
 // unblocks the transfer, which then fails and discards the connection.
-func (c *Client) exchange(ctx context.Context, cc *clientConn, req Request, send, recv [][]byte) (keep bool, err error) {
+func (c *Client) exchange(ctx context.Context, cc *clientConn, req Request, send, recv [][]byte, out *openedChunk) (keep bool, err error) {
 	dl, _ := ctx.Deadline() // zero: none
 	if err := cc.c.SetDeadline(dl); err != nil {
 		return false, &ioError{err}
 	}
 	// A deadline in the past unblocks every pending read and write.
 	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(time.Unix(1, 0)) })
-	keep, err = c.transfer(cc.c, req, send, recv)
+	if req.Op == OpOpen {
+		keep, err = c.transferOpen(cc.c, req, out)
+	} else {
+		keep, err = c.transfer(cc.c, req, send, recv)
+	}
 	if !stop() {
+		out.close()
 		// Cancelled or past the deadline: whatever the transfer saw, the
 		// connection may be mid-request.
 		return false, fmt.Errorf("datanet: %v: %w", req.Op, context.Cause(ctx))
@@ -428,7 +481,11 @@ func (c *Client) transfer(conn net.Conn, req Request, send, recv [][]byte) (keep
 	}
 	if req.Op == OpRead {
 		c.stats.readBytes.Add(req.Length)
-		c.stats.readWire.Add(req.Length)
+		if _, local := conn.(*net.UnixConn); local {
+			c.stats.localRead.Add(req.Length)
+		} else {
+			c.stats.readWire.Add(req.Length)
+		}
 	}
 	return !r.Close, nil
 }

@@ -107,6 +107,10 @@ type Op uint8
 const (
 	OpWrite Op = 1 // store Length bytes as chunk (Extent, Index); Offset must be 0
 	OpRead  Op = 2 // return bytes [Offset, Offset+Length) of chunk (Extent, Index)
+	// OpOpen, on a local connection only (local.go): return the checksum
+	// table of chunk (Extent, Index) and pass its open data file with the
+	// reply (SCM_RIGHTS). Offset and Length must be 0.
+	OpOpen Op = 3
 )
 
 func (o Op) String() string {
@@ -115,6 +119,8 @@ func (o Op) String() string {
 		return "write"
 	case OpRead:
 		return "read"
+	case OpOpen:
+		return "open"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -200,6 +206,10 @@ func (r Request) Validate() error {
 		}
 		if r.Flags&FlagS2 != 0 || r.WireLength != 0 {
 			return fmt.Errorf("datanet: read with a compressed payload: %w", errs.ErrInvalid)
+		}
+	case OpOpen:
+		if r.Offset != 0 || r.Length != 0 || r.Flags != 0 || r.WireLength != 0 {
+			return fmt.Errorf("datanet: open with an offset, length or flags: %w", errs.ErrInvalid)
 		}
 	default:
 		return fmt.Errorf("datanet: unknown %v: %w", r.Op, errs.ErrNotSupported)

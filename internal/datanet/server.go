@@ -71,6 +71,12 @@ type ServerOptions struct {
 	// request gets the error (wrapping errs.ErrPermission, say) with the
 	// close flag, without reaching the Handler.
 	Authorize func(cert *x509.Certificate) error
+	// Local marks a listener of local connections (local.go: ListenLocal):
+	// plaintext, each peer checked by its credentials (root or this
+	// process's user; a refused one gets ErrPermission for its first
+	// request), and OpOpen served when the Handler is an Opener. TLS must
+	// be nil.
+	Local bool
 }
 
 func (o *ServerOptions) setDefaults() error {
@@ -94,6 +100,9 @@ func (o *ServerOptions) setDefaults() error {
 	}
 	if o.Bufs == nil {
 		o.Bufs = &BufPool{}
+	}
+	if o.Local && o.TLS != nil {
+		return fmt.Errorf("datanet: a local listener with TLS: %w", errs.ErrInvalid)
 	}
 	return nil
 }
@@ -261,6 +270,11 @@ func (s *Server) serveConn(sc *serverConn) {
 			}
 		}
 	}
+	if s.opts.Local {
+		if denied = checkLocalPeer(sc.c); denied != nil {
+			s.log.Warn("data path: refused a local peer", "err", denied)
+		}
+	}
 	var hdr [RequestSize]byte
 	capBuf := make([]byte, MaxCapLength) // the requests' capabilities, in turn
 	for {
@@ -349,6 +363,9 @@ func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte, capBuf []byte,
 		}
 		s.replyError(c, req.Op, denied, true)
 		return false
+	}
+	if req.Op == OpOpen {
+		return s.serveOpen(c, req)
 	}
 	n := int(req.Length)
 	// The budget counts the chunk's buffer and the frame's: the one

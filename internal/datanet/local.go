@@ -1,0 +1,229 @@
+package datanet
+
+// Local connections: short-circuit reads (docs/data-path.md, "Short-circuit
+// reads"; docs/security.md, "Local connections").
+//
+// A data server may also listen on a local endpoint: the abstract unix
+// socket LocalName(addr) of its advertised address addr. Abstract names
+// belong to a network namespace, so only processes on the same host (the
+// same namespace) can reach it. Both ends check the other's credentials
+// (SO_PEERCRED): the peer must run as root or as this process's user, who
+// can read the server's chunk files anyway. A local connection carries the
+// same requests as TCP, in plaintext since the bytes never leave the host,
+// plus OpOpen, which passes the chunk's open data file (SCM_RIGHTS) with
+// its checksum table: the client then reads the bytes itself with pread
+// and verifies them against the table, with no copy through a socket and
+// no work in the server. Capabilities are checked as on TCP.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shoalfs/shoal/internal/checksum"
+	"github.com/shoalfs/shoal/internal/errs"
+)
+
+// localPrefix starts the abstract socket name of a local endpoint.
+const localPrefix = "@shoal-data:"
+
+// LocalName is the abstract unix socket name ("@..." in Go's net package)
+// of the local endpoint of the data server advertised at addr.
+func LocalName(addr string) string { return localPrefix + addr }
+
+// ListenLocal listens on the local endpoint of the data server advertised
+// at addr, for Serve with ServerOptions.Local.
+func ListenLocal(addr string) (net.Listener, error) {
+	return net.Listen("unix", LocalName(addr))
+}
+
+// Opener is implemented by a Handler that serves OpOpen on local
+// connections.
+type Opener interface {
+	// OpenChunk checks req.Cap for reading chunk (req.Extent, req.Index)
+	// and returns its data file, open for reading, and its encoded
+	// checksum table (internal/checksum), which the client verifies the
+	// bytes against. A chunk that is not a file of its own gets an error
+	// wrapping errs.ErrNotSupported: the client reads it with OpRead.
+	OpenChunk(ctx context.Context, req Request) (f *os.File, table []byte, err error)
+}
+
+// peerUID returns the user id of the process at the other end of c.
+func peerUID(c *net.UnixConn) (uint32, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, serr
+	}
+	return cred.Uid, nil
+}
+
+// checkLocalPeer allows the peer of a local connection when it runs as
+// root or as this process's effective user.
+func checkLocalPeer(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("datanet: local connection over %T: %w", c, errs.ErrPermission)
+	}
+	uid, err := peerUID(uc)
+	if err != nil {
+		return fmt.Errorf("datanet: credentials of a local peer: %v: %w", err, errs.ErrPermission)
+	}
+	if me := os.Geteuid(); uid != 0 && uid != uint32(me) {
+		return fmt.Errorf("datanet: local peer runs as uid %d, neither root nor uid %d: %w", uid, me, errs.ErrPermission)
+	}
+	return nil
+}
+
+// serveOpen serves an OpOpen request on c: the reply header and the table,
+// with the data file's descriptor attached to their first byte.
+func (s *Server) serveOpen(c net.Conn, req Request) bool {
+	op, ok := s.opts.Handler.(Opener)
+	uc, isUnix := c.(*net.UnixConn)
+	if !s.opts.Local || !ok || !isUnix {
+		return s.replyError(c, req.Op, fmt.Errorf("datanet: open on a connection that is not local: %w", errs.ErrNotSupported), false)
+	}
+	f, table, err := op.OpenChunk(s.ctx, req)
+	c.SetWriteDeadline(time.Now().Add(s.opts.IOTimeout))
+	if err != nil {
+		return s.replyError(c, req.Op, err, false)
+	}
+	defer f.Close()
+	if len(table) > MaxLength {
+		return s.replyError(c, req.Op, fmt.Errorf("datanet: checksum table of %d bytes: %w", len(table), errs.ErrTooLarge), false)
+	}
+	var h [ReplySize]byte
+	Reply{Op: OpOpen, Length: uint64(len(table))}.Encode(&h)
+	msg := append(h[:], table...)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return s.replyError(c, req.Op, fmt.Errorf("datanet: open chunk: %v: %w", err, errs.ErrNotSupported), false)
+	}
+	var n int
+	var werr error
+	if err := rc.Control(func(fd uintptr) {
+		n, _, werr = uc.WriteMsgUnix(msg, unix.UnixRights(int(fd)), nil)
+	}); err != nil {
+		return false
+	}
+	if werr == nil && n < len(msg) {
+		_, werr = c.Write(msg[n:])
+	}
+	if werr != nil {
+		s.log.Debug("data path: open reply", "err", werr)
+		return false
+	}
+	return true
+}
+
+// maxPassedFiles bounds the descriptors a client takes from one reply; a
+// reply with more is a protocol error (all of them are closed).
+const maxPassedFiles = 4
+
+// transferOpen is transfer for OpOpen: it reads the reply header with the
+// descriptor passed beside it, then the table.
+func (c *Client) transferOpen(conn net.Conn, req Request, out *openedChunk) (keep bool, err error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return false, fmt.Errorf("datanet: open over %T: %w", conn, errs.ErrNotSupported)
+	}
+	var h [RequestSize + MaxCapLength]byte
+	req.Encode((*[RequestSize]byte)(h[:RequestSize]))
+	n := RequestSize + copy(h[RequestSize:], req.Cap)
+	if _, err := conn.Write(h[:n]); err != nil {
+		return false, &ioError{err}
+	}
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	var rh [ReplySize]byte
+	oob := make([]byte, unix.CmsgSpace(4*maxPassedFiles))
+	for got := 0; got < ReplySize; {
+		n, oobn, flags, _, err := uc.ReadMsgUnix(rh[got:], oob)
+		if oobn > 0 {
+			more, perr := parseRights(oob[:oobn])
+			fds = append(fds, more...)
+			if perr != nil {
+				return false, perr
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			return false, fmt.Errorf("datanet: open reply's control data truncated: %w", errs.ErrInvalid)
+		}
+		got += n
+		if err != nil && got < ReplySize {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return false, &ioError{err}
+		}
+	}
+	r, err := DecodeReply(&rh)
+	if err != nil {
+		return false, err
+	}
+	if r.Op != OpOpen {
+		return false, fmt.Errorf("datanet: reply to %v for %v: %w", r.Op, req.Op, errs.ErrInvalid)
+	}
+	b := make([]byte, r.Length)
+	if _, err := io.ReadFull(conn, b); err != nil {
+		return false, &ioError{err}
+	}
+	if r.Failed {
+		return !r.Close, DecodeError(b)
+	}
+	if len(fds) != 1 {
+		return false, fmt.Errorf("datanet: open reply with %d descriptors, want 1: %w", len(fds), errs.ErrInvalid)
+	}
+	tab, err := checksum.Decode(b)
+	if err != nil {
+		return !r.Close, fmt.Errorf("datanet: open reply's checksum table: %w", err)
+	}
+	out.f = os.NewFile(uintptr(fds[0]), fmt.Sprintf("chunk %d.%d", req.Extent, req.Index))
+	out.tab = tab
+	fds = nil
+	return !r.Close, nil
+}
+
+// parseRights returns the descriptors of the SCM_RIGHTS messages in oob,
+// at most maxPassedFiles of them (an error past that, with those returned
+// so that the caller closes them).
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("datanet: open reply's control data: %v: %w", err, errs.ErrInvalid)
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		more, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return fds, fmt.Errorf("datanet: open reply's descriptors: %v: %w", err, errs.ErrInvalid)
+		}
+		fds = append(fds, more...)
+	}
+	if len(fds) > maxPassedFiles {
+		return fds, fmt.Errorf("datanet: open reply with %d descriptors: %w", len(fds), errs.ErrInvalid)
+	}
+	return fds, nil
+}

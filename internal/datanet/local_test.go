@@ -1,0 +1,325 @@
+package datanet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shoalfs/shoal/internal/checksum"
+	"github.com/shoalfs/shoal/internal/errs"
+)
+
+// fileHandler keeps chunks as files with their checksum tables, as an OST
+// does, and serves OpOpen (Opener). Chunks whose extent is in logged are
+// "in a log": OpOpen refuses them with ErrNotSupported.
+type fileHandler struct {
+	*memHandler
+	dir    string
+	tabs   map[[2]uint64]checksum.Table
+	logged map[uint64]bool
+	opens  atomic.Int64
+	reads  atomic.Int64
+}
+
+const testBlock = 4096
+
+func newFileHandler(t *testing.T) *fileHandler {
+	return &fileHandler{memHandler: newMemHandler(), dir: t.TempDir(), tabs: map[[2]uint64]checksum.Table{}, logged: map[uint64]bool{}}
+}
+
+func (h *fileHandler) path(extent uint64, index uint32) string {
+	return filepath.Join(h.dir, fmt.Sprintf("%d.%d", extent, index))
+}
+
+func (h *fileHandler) WriteChunk(ctx context.Context, req Request, data []byte) error {
+	if err := h.memHandler.WriteChunk(ctx, req, data); err != nil {
+		return err
+	}
+	tab, err := checksum.Compute(data, testBlock)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.tabs[[2]uint64{req.Extent, uint64(req.Index)}] = tab
+	h.mu.Unlock()
+	return os.WriteFile(h.path(req.Extent, req.Index), data, 0o600)
+}
+
+// ReadChunk reads the file and verifies it, as an OST does.
+func (h *fileHandler) ReadChunk(ctx context.Context, req Request, dst []byte) error {
+	h.reads.Add(1)
+	h.mu.Lock()
+	tab, ok := h.tabs[[2]uint64{req.Extent, uint64(req.Index)}]
+	h.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("chunk %d.%d: %w", req.Extent, req.Index, errs.ErrNotFound)
+	}
+	f, err := os.Open(h.path(req.Extent, req.Index))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var bufs BufPool
+	return tab.ReadVerified(f, req.Offset, dst, 1<<20, bufs.Get, bufs.Put)
+}
+
+func (h *fileHandler) OpenChunk(ctx context.Context, req Request) (*os.File, []byte, error) {
+	h.opens.Add(1)
+	h.mu.Lock()
+	tab, ok := h.tabs[[2]uint64{req.Extent, uint64(req.Index)}]
+	logged := h.logged[req.Extent]
+	h.mu.Unlock()
+	switch {
+	case logged:
+		return nil, nil, fmt.Errorf("in the log: %w", errs.ErrNotSupported)
+	case !ok:
+		return nil, nil, fmt.Errorf("chunk %d.%d: %w", req.Extent, req.Index, errs.ErrNotFound)
+	}
+	f, err := os.Open(h.path(req.Extent, req.Index))
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, tab.Encode(), nil
+}
+
+// serveWithLocal starts a TCP server and its local endpoint with h.
+func serveWithLocal(t *testing.T, h Handler) (tcp, local *Server) {
+	t.Helper()
+	tcp = serve(t, h)
+	lis, err := ListenLocal(tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err = Serve(lis, ServerOptions{Handler: h, Local: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { local.Close() })
+	return tcp, local
+}
+
+func newLocalClient(t *testing.T) *Client {
+	c := NewClient(ClientOptions{ShortCircuit: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestLocalReadsAndWrites: a client on the server's host writes over the
+// local endpoint, reads through the file it passes (opened once, kept),
+// odd ranges and several destination slices included, and counts none
+// of it on the wire.
+func TestLocalReadsAndWrites(t *testing.T) {
+	h := newFileHandler(t)
+	tcp, _ := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	data := randBytes(5*testBlock+123, 1)
+	if err := c.Write(ctx, addr, 7, 1, nil, [][]byte{data[:1000], data[1000:]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int{{0, len(data)}, {1, 10}, {testBlock - 1, 2*testBlock + 7}, {3 * testBlock, len(data) - 3*testBlock}} {
+		off, n := r[0], r[1]
+		a, b := make([]byte, n/3), make([]byte, n-n/3)
+		if err := c.Read(ctx, addr, 7, 1, nil, uint64(off), [][]byte{a, b}); err != nil {
+			t.Fatalf("read [%d, +%d): %v", off, n, err)
+		}
+		if got := append(a, b...); string(got) != string(data[off:off+n]) {
+			t.Fatalf("read [%d, +%d): wrong bytes", off, n)
+		}
+	}
+	if n := h.opens.Load(); n != 1 {
+		t.Errorf("%d opens for four reads of one chunk, want 1 (the file kept open)", n)
+	}
+	if n := h.reads.Load(); n != 0 {
+		t.Errorf("%d reads reached the server", n)
+	}
+	st := c.Stats()
+	if st.LocalWriteBytes != uint64(len(data)) || st.WriteWireBytes != 0 || st.ReadWireBytes != 0 || st.LocalReadBytes != st.ReadBytes || st.ReadBytes == 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// Past the end: the server's answer (a range error), never bytes.
+	if err := c.Read(ctx, addr, 7, 1, nil, uint64(len(data)-1), [][]byte{make([]byte, 2)}); !errors.Is(err, errs.ErrInvalid) {
+		t.Errorf("read past the end: %v, want ErrInvalid", err)
+	}
+}
+
+// TestLocalCorruptFile: a chunk file changed under a client that holds it
+// open fails its checksum in the client, which then asks the server,
+// whose read reports the corruption: an error, never the bad bytes.
+func TestLocalCorruptFile(t *testing.T) {
+	h := newFileHandler(t)
+	tcp, _ := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	data := randBytes(4*testBlock, 2)
+	if err := c.Write(ctx, addr, 3, 0, nil, [][]byte{data}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(data))
+	if err := c.Read(ctx, addr, 3, 0, nil, 0, [][]byte{buf}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(h.path(3, 0), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{data[testBlock+5] ^ 0xff}, testBlock+5); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	err = c.Read(ctx, addr, 3, 0, nil, testBlock, [][]byte{buf[:testBlock]})
+	if !errors.Is(err, errs.ErrCorrupt) {
+		t.Fatalf("read of a corrupt block: %v, want ErrCorrupt", err)
+	}
+	if h.reads.Load() != 1 {
+		t.Errorf("%d reads reached the server, want the 1 that reports the corruption", h.reads.Load())
+	}
+	// The blocks around it still read.
+	if err := c.Read(ctx, addr, 3, 0, nil, 2*testBlock, [][]byte{buf[:testBlock]}); err != nil || string(buf[:testBlock]) != string(data[2*testBlock:3*testBlock]) {
+		t.Fatalf("read of a good block after: %v", err)
+	}
+}
+
+// TestLocalNotAFile: a chunk the server cannot pass as a file (one in its
+// log) is read over the local connection.
+func TestLocalNotAFile(t *testing.T) {
+	h := newFileHandler(t)
+	tcp, _ := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	data := randBytes(3000, 3)
+	if err := c.Write(ctx, addr, 9, 2, nil, [][]byte{data}); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.logged[9] = true
+	h.mu.Unlock()
+	buf := make([]byte, len(data))
+	if err := c.Read(ctx, addr, 9, 2, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(data) {
+		t.Fatalf("read: %v", err)
+	}
+	if h.opens.Load() != 1 || h.reads.Load() != 1 {
+		t.Errorf("%d opens, %d reads at the server; want 1 and 1", h.opens.Load(), h.reads.Load())
+	}
+	if st := c.Stats(); st.ReadWireBytes != 0 || st.LocalReadBytes != uint64(len(data)) {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestLocalServerStops: once the local endpoint is closed, the files it
+// passed are not read any more; reads go over TCP while it serves, and
+// fail when it does not either.
+func TestLocalServerStops(t *testing.T) {
+	h := newFileHandler(t)
+	tcp, local := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	data := randBytes(2*testBlock, 4)
+	if err := c.Write(ctx, addr, 5, 0, nil, [][]byte{data}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(data))
+	if err := c.Read(ctx, addr, 5, 0, nil, 0, [][]byte{buf}); err != nil {
+		t.Fatal(err)
+	}
+	local.Close()
+	if err := c.Read(ctx, addr, 5, 0, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(data) {
+		t.Fatalf("read over TCP: %v", err)
+	}
+	if h.reads.Load() != 1 {
+		t.Errorf("%d reads reached the server after its local endpoint closed, want 1 (TCP)", h.reads.Load())
+	}
+	if st := c.Stats(); st.ReadWireBytes != uint64(len(data)) {
+		t.Errorf("stats %+v: the second read not on the wire", st)
+	}
+	tcp.Close()
+	if err := c.Read(ctx, addr, 5, 0, nil, 0, [][]byte{buf}); !errors.Is(err, errs.ErrUnavailable) {
+		t.Fatalf("read with the server gone: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestLocalAbsent: a server without a local endpoint is reached over TCP,
+// and the client stops looking for one for a while.
+func TestLocalAbsent(t *testing.T) {
+	h := newFileHandler(t)
+	addr := serve(t, h).Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	data := randBytes(1000, 5)
+	if err := c.Write(ctx, addr, 1, 0, nil, [][]byte{data}); err != nil {
+		t.Fatal(err)
+	}
+	if c.useLocal(addr) {
+		t.Error("the client still looks for a local endpoint that was not there")
+	}
+	buf := make([]byte, len(data))
+	if err := c.Read(ctx, addr, 1, 0, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(data) {
+		t.Fatalf("read: %v", err)
+	}
+	if st := c.Stats(); st.WriteWireBytes != 1000 || st.ReadWireBytes != 1000 || st.LocalReadBytes+st.LocalWriteBytes != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestOpenOverTCP: OpOpen is for local connections only.
+func TestOpenOverTCP(t *testing.T) {
+	h := newFileHandler(t)
+	addr := serve(t, h).Addr().String()
+	c := newClient(t)
+	var out openedChunk
+	err := c.do(context.Background(), addr, Request{Op: OpOpen, Extent: 1}, nil, nil, false, &out)
+	if !errors.Is(err, errs.ErrNotSupported) || out.f != nil {
+		t.Fatalf("open over TCP: %v, file %v", err, out.f)
+	}
+	if h.opens.Load() != 0 {
+		t.Error("the handler was asked to open over TCP")
+	}
+}
+
+// TestLocalPeerCheck: the server sees this process's own user as its
+// peer; a listener with TLS cannot be local.
+func TestLocalPeerCheck(t *testing.T) {
+	a, b, err := unixPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	if err := checkLocalPeer(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkLocalPeer(&net.TCPConn{}); !errors.Is(err, errs.ErrPermission) {
+		t.Fatalf("a TCP connection as local: %v", err)
+	}
+	if _, err := Serve(nil, ServerOptions{Handler: newMemHandler(), Local: true, TLS: &tls.Config{}}); !errors.Is(err, errs.ErrInvalid) {
+		t.Fatalf("local with TLS: %v", err)
+	}
+}
+
+func unixPair() (*net.UnixConn, *net.UnixConn, error) {
+	lis, err := net.Listen("unix", "@shoal-test-"+fmt.Sprint(os.Getpid()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lis.Close()
+	a, err := net.Dial("unix", lis.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := lis.Accept()
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a.(*net.UnixConn), b.(*net.UnixConn), nil
+}
