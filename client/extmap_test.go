@@ -1,6 +1,8 @@
 package client
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -60,5 +62,29 @@ func TestExtentMapTruncateAndOverlap(t *testing.T) {
 	// The original is untouched (copy-on-write).
 	if m[1].Length != 10 {
 		t.Fatal("truncate changed its input")
+	}
+}
+
+// TestClearHoles: only the bytes no extent covers are zeroed.
+func TestClearHoles(t *testing.T) {
+	ref := func(off, n uint64) *mdspb.ExtentRef { return &mdspb.ExtentRef{FileOff: off, Length: n} }
+	for _, tc := range []struct {
+		off  int64
+		n    int
+		refs []*mdspb.ExtentRef
+		want string // z: zeroed, x: kept
+	}{
+		{0, 8, nil, "zzzzzzzz"},
+		{0, 8, []*mdspb.ExtentRef{ref(0, 8)}, "xxxxxxxx"},
+		{10, 8, []*mdspb.ExtentRef{ref(0, 12), ref(14, 2)}, "xxzzxxzz"},
+		{10, 8, []*mdspb.ExtentRef{ref(12, 2), ref(16, 10)}, "zzxxzzxx"},
+		{10, 4, []*mdspb.ExtentRef{ref(11, 1)}, "zxzz"},
+	} {
+		buf := bytes.Repeat([]byte{'x'}, tc.n)
+		clearHoles(buf, tc.off, tc.refs)
+		got := strings.ReplaceAll(string(buf), "\x00", "z")
+		if got != tc.want {
+			t.Errorf("off %d refs %v: %q, want %q", tc.off, tc.refs, got, tc.want)
+		}
 	}
 }

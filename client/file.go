@@ -509,13 +509,14 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	n := int(min(int64(len(p)), f.size-off))
 	buf := p[:n]
-	clear(buf)
 	end := off + int64(n)
 	seq := abs(off-f.lastEnd.Load()) <= 1<<20 || int64(n) >= f.lo.RowData()/2
 	f.lastEnd.Store(end)
 
+	refs := f.ext.overlapping(uint64(off), uint64(end))
+	clearHoles(buf, off, refs)
 	var eg errgroup.Group
-	for _, r := range f.ext.overlapping(uint64(off), uint64(end)) {
+	for _, r := range refs {
 		s := max(off, int64(r.GetFileOff()))
 		e := min(end, int64(refEnd(r)))
 		eoff := int64(r.GetExtentOff()) + s - int64(r.GetFileOff())
@@ -545,6 +546,23 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// clearHoles zeroes the bytes of buf (file bytes at off) that no extent of
+// refs (sorted by file offset, not overlapping) covers: the holes, which
+// read as zeros. The rest is overwritten by the extents' bytes.
+func clearHoles(buf []byte, off int64, refs []*mdspb.ExtentRef) {
+	end := off + int64(len(buf))
+	pos := off
+	for _, r := range refs {
+		if s := min(end, int64(r.GetFileOff())); s > pos {
+			clear(buf[pos-off : s-off])
+		}
+		pos = max(pos, min(end, int64(refEnd(r))))
+	}
+	if pos < end {
+		clear(buf[pos-off:])
+	}
 }
 
 // overlay copies the part of src (file bytes at srcOff) that falls inside
