@@ -149,22 +149,22 @@ func (h dataHandler) ReadChunk(ctx context.Context, req datanet.Request, dst []b
 
 // OpenChunk serves datanet's OpOpen on the local endpoint: the chunk's
 // data file and checksum table, after the same capability check as a read.
-func (h dataHandler) OpenChunk(ctx context.Context, req datanet.Request) (*os.File, []byte, error) {
+func (h dataHandler) OpenChunk(ctx context.Context, req datanet.Request) (f, direct *os.File, table []byte, err error) {
 	c, err := checkChunkID(req.Extent, req.Index)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := h.s.checkToken(req.Cap, c.extent, capability.Read); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	f, tab, err := h.s.st.openChunk(c)
+	f, direct, table, err = h.s.st.openChunk(c)
 	if err == nil {
 		h.s.m.localOpens.Inc()
 	}
-	return f, tab, err
+	return f, direct, table, err
 }
 
 // checkChunkID validates a chunk id from the wire: extent not 0.

@@ -546,34 +546,40 @@ func (st *store) readInto(c chunkID, off uint64, dst []byte) error {
 	return nil
 }
 
-// openChunk opens chunk c's data file for reading through the page cache
-// and returns it with its encoded checksum table, checked against the
-// file's size, for a client on this host to read and verify itself
-// (datanet's OpOpen). A chunk in the chunk log, or a store on a file
-// system other than the OS's (tests' fault injection), is
+// openChunk opens chunk c's data file for reading through the page cache,
+// and again with O_DIRECT where the store's writes use it (nil
+// otherwise), and returns them with its encoded checksum table, checked
+// against the file's size, for a client on this host to read and verify
+// itself (datanet's OpOpen). A chunk in the chunk log, or a store on a
+// file system other than the OS's (tests' fault injection), is
 // errs.ErrNotSupported: the client reads it with OpRead.
-func (st *store) openChunk(c chunkID) (*os.File, []byte, error) {
+func (st *store) openChunk(c chunkID) (f, direct *os.File, table []byte, err error) {
 	if !st.raw {
-		return nil, nil, fmt.Errorf("ost: open chunk %s: the store is not on the OS's file system: %w", c, errs.ErrNotSupported)
+		return nil, nil, nil, fmt.Errorf("ost: open chunk %s: the store is not on the OS's file system: %w", c, errs.ErrNotSupported)
 	}
 	if _, ok := st.clog.get(c); ok {
-		return nil, nil, fmt.Errorf("ost: open chunk %s: in the chunk log: %w", c, errs.ErrNotSupported)
+		return nil, nil, nil, fmt.Errorf("ost: open chunk %s: in the chunk log: %w", c, errs.ErrNotSupported)
 	}
-	f, err := st.openFile(st.dataPath(c), os.O_RDONLY, 0)
-	if err != nil {
-		return nil, nil, diskErr("open", c, err)
+	path := st.dataPath(c)
+	if f, err = st.openFile(path, os.O_RDONLY, 0); err != nil {
+		return nil, nil, nil, diskErr("open", c, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, diskErr("open", c, err)
+		return nil, nil, nil, diskErr("open", c, err)
 	}
 	tab, err := st.loadSidecar(c, uint64(fi.Size()))
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return f, tab.Encode(), nil
+	if st.directWrites.Load() {
+		if d, err := st.openFile(path, os.O_RDONLY|syscall.O_DIRECT, 0); err == nil {
+			direct = d
+		}
+	}
+	return f, direct, tab.Encode(), nil
 }
 
 // openData opens a chunk's data file for reading, with O_DIRECT when

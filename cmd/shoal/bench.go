@@ -41,8 +41,9 @@ cluster, --mount the mount figures. (Unlike other client commands, --mds
 does not default to $SHOAL_MDS, so that a plain run always measures a
 fresh local cluster.) With --mds, the API clients take the TLS flags of
 the other client commands (--cert, --key, --ca, or $SHOAL_CERT, $SHOAL_KEY,
-$SHOAL_CA: . DIR/tls/env of a shoal local), or --insecure; the clusters
-it starts itself run --insecure. Cold reads need root to drop the kernel
+$SHOAL_CA: . DIR/tls/env of a shoal local), or --insecure; the cluster
+it starts itself runs with the default settings (mutual TLS; its API
+clients use the administrator's certificate from its env file). Cold reads need root to drop the kernel
 caches. See docs/performance.md.
 
 --only cache (opt-in: it writes --cache-data and --cache-files three

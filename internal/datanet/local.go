@@ -47,11 +47,13 @@ func ListenLocal(addr string) (net.Listener, error) {
 // connections.
 type Opener interface {
 	// OpenChunk checks req.Cap for reading chunk (req.Extent, req.Index)
-	// and returns its data file, open for reading, and its encoded
-	// checksum table (internal/checksum), which the client verifies the
-	// bytes against. A chunk that is not a file of its own gets an error
-	// wrapping errs.ErrNotSupported: the client reads it with OpRead.
-	OpenChunk(ctx context.Context, req Request) (f *os.File, table []byte, err error)
+	// and returns its data file, open for reading through the page
+	// cache, the same file open with O_DIRECT where the file system
+	// allows it (else nil), and its encoded checksum table
+	// (internal/checksum), which the client verifies the bytes against.
+	// A chunk that is not a file of its own gets an error wrapping
+	// errs.ErrNotSupported: the client reads it with OpRead.
+	OpenChunk(ctx context.Context, req Request) (f, direct *os.File, table []byte, err error)
 }
 
 // peerUID returns the user id of the process at the other end of c.
@@ -98,29 +100,29 @@ func (s *Server) serveOpen(c net.Conn, req Request) bool {
 	if !s.opts.Local || !ok || !isUnix {
 		return s.replyError(c, req.Op, fmt.Errorf("datanet: open on a connection that is not local: %w", errs.ErrNotSupported), false)
 	}
-	f, table, err := op.OpenChunk(s.ctx, req)
+	f, direct, table, err := op.OpenChunk(s.ctx, req)
 	c.SetWriteDeadline(time.Now().Add(s.opts.IOTimeout))
 	if err != nil {
 		return s.replyError(c, req.Op, err, false)
 	}
 	defer f.Close()
+	files := []*os.File{f}
+	if direct != nil {
+		defer direct.Close()
+		files = append(files, direct)
+	}
 	if len(table) > MaxLength {
 		return s.replyError(c, req.Op, fmt.Errorf("datanet: checksum table of %d bytes: %w", len(table), errs.ErrTooLarge), false)
 	}
 	var h [ReplySize]byte
 	Reply{Op: OpOpen, Length: uint64(len(table))}.Encode(&h)
 	msg := append(h[:], table...)
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return s.replyError(c, req.Op, fmt.Errorf("datanet: open chunk: %v: %w", err, errs.ErrNotSupported), false)
+	// The files stay open (deferred closes) until the message is sent.
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
 	}
-	var n int
-	var werr error
-	if err := rc.Control(func(fd uintptr) {
-		n, _, werr = uc.WriteMsgUnix(msg, unix.UnixRights(int(fd)), nil)
-	}); err != nil {
-		return false
-	}
+	n, _, werr := uc.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
 	if werr == nil && n < len(msg) {
 		_, werr = c.Write(msg[n:])
 	}
@@ -190,14 +192,18 @@ func (c *Client) transferOpen(conn net.Conn, req Request, out *openedChunk) (kee
 	if r.Failed {
 		return !r.Close, DecodeError(b)
 	}
-	if len(fds) != 1 {
-		return false, fmt.Errorf("datanet: open reply with %d descriptors, want 1: %w", len(fds), errs.ErrInvalid)
+	if len(fds) != 1 && len(fds) != 2 {
+		return false, fmt.Errorf("datanet: open reply with %d descriptors, want 1 or 2: %w", len(fds), errs.ErrInvalid)
 	}
 	tab, err := checksum.Decode(b)
 	if err != nil {
 		return !r.Close, fmt.Errorf("datanet: open reply's checksum table: %w", err)
 	}
-	out.f = os.NewFile(uintptr(fds[0]), fmt.Sprintf("chunk %d.%d", req.Extent, req.Index))
+	name := fmt.Sprintf("chunk %d.%d", req.Extent, req.Index)
+	out.f = os.NewFile(uintptr(fds[0]), name)
+	if len(fds) == 2 {
+		out.direct = os.NewFile(uintptr(fds[1]), name+" (O_DIRECT)")
+	}
 	out.tab = tab
 	fds = nil
 	return !r.Close, nil

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/checksum"
@@ -25,6 +26,7 @@ type fileHandler struct {
 	logged map[uint64]bool
 	opens  atomic.Int64
 	reads  atomic.Int64
+	direct bool // pass an O_DIRECT twin too
 }
 
 const testBlock = 4096
@@ -69,7 +71,7 @@ func (h *fileHandler) ReadChunk(ctx context.Context, req Request, dst []byte) er
 	return tab.ReadVerified(f, req.Offset, dst, 1<<20, bufs.Get, bufs.Put)
 }
 
-func (h *fileHandler) OpenChunk(ctx context.Context, req Request) (*os.File, []byte, error) {
+func (h *fileHandler) OpenChunk(ctx context.Context, req Request) (f, direct *os.File, table []byte, err error) {
 	h.opens.Add(1)
 	h.mu.Lock()
 	tab, ok := h.tabs[[2]uint64{req.Extent, uint64(req.Index)}]
@@ -77,15 +79,19 @@ func (h *fileHandler) OpenChunk(ctx context.Context, req Request) (*os.File, []b
 	h.mu.Unlock()
 	switch {
 	case logged:
-		return nil, nil, fmt.Errorf("in the log: %w", errs.ErrNotSupported)
+		return nil, nil, nil, fmt.Errorf("in the log: %w", errs.ErrNotSupported)
 	case !ok:
-		return nil, nil, fmt.Errorf("chunk %d.%d: %w", req.Extent, req.Index, errs.ErrNotFound)
+		return nil, nil, nil, fmt.Errorf("chunk %d.%d: %w", req.Extent, req.Index, errs.ErrNotFound)
 	}
-	f, err := os.Open(h.path(req.Extent, req.Index))
-	if err != nil {
-		return nil, nil, err
+	path := h.path(req.Extent, req.Index)
+	if f, err = os.Open(path); err != nil {
+		return nil, nil, nil, err
 	}
-	return f, tab.Encode(), nil
+	if h.direct {
+		// Where the file system refuses O_DIRECT (tmpfs), none.
+		direct, _ = os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	}
+	return f, direct, tab.Encode(), nil
 }
 
 // serveWithLocal starts a TCP server and its local endpoint with h.
@@ -115,18 +121,27 @@ func newLocalClient(t *testing.T) *Client {
 // odd ranges and several destination slices included, and counts none
 // of it on the wire.
 func TestLocalReadsAndWrites(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) { testLocalReadsAndWrites(t, direct) })
+	}
+}
+
+func testLocalReadsAndWrites(t *testing.T, direct bool) {
 	h := newFileHandler(t)
+	h.direct = direct
 	tcp, _ := serveWithLocal(t, h)
 	addr := tcp.Addr().String()
 	c := newLocalClient(t)
 	ctx := context.Background()
-	data := randBytes(5*testBlock+123, 1)
+	data := randBytes(2*minDirectRead+5*testBlock+123, 1)
 	if err := c.Write(ctx, addr, 7, 1, nil, [][]byte{data[:1000], data[1000:]}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range [][2]int{{0, len(data)}, {1, 10}, {testBlock - 1, 2*testBlock + 7}, {3 * testBlock, len(data) - 3*testBlock}} {
+	for _, r := range [][2]int{{0, len(data)}, {1, 10}, {testBlock - 1, 2*testBlock + 7}, {3 * testBlock, len(data) - 3*testBlock}, {minDirectRead, minDirectRead}} {
 		off, n := r[0], r[1]
-		a, b := make([]byte, n/3), make([]byte, n-n/3)
+		// Two aligned slices, the first a multiple of the alignment:
+		// the large aligned parts may go through O_DIRECT.
+		a, b := AlignedBuf(n/3&^(Align-1)+1)[:n/3&^(Align-1)], AlignedBuf(n-n/3&^(Align-1))
 		if err := c.Read(ctx, addr, 7, 1, nil, uint64(off), [][]byte{a, b}); err != nil {
 			t.Fatalf("read [%d, +%d): %v", off, n, err)
 		}
@@ -135,7 +150,10 @@ func TestLocalReadsAndWrites(t *testing.T) {
 		}
 	}
 	if n := h.opens.Load(); n != 1 {
-		t.Errorf("%d opens for four reads of one chunk, want 1 (the file kept open)", n)
+		t.Errorf("%d opens for five reads of one chunk, want 1 (the file kept open)", n)
+	}
+	if lf := c.local.file(chunkKey{addr: addr, extent: 7, index: 1}); lf == nil || (lf.direct != nil) != direct {
+		t.Errorf("the client's file of the chunk: %+v, want an O_DIRECT twin: %v", lf, direct)
 	}
 	if n := h.reads.Load(); n != 0 {
 		t.Errorf("%d reads reached the server", n)

@@ -43,19 +43,46 @@ func isLocalKey(key string) (addr string, ok bool) {
 	return strings.CutPrefix(key, localKeyPrefix)
 }
 
-// openedChunk is the result of an OpOpen: the chunk's data file and its
-// checksum table.
+// openedChunk is the result of an OpOpen: the chunk's data file, the same
+// open with O_DIRECT (or nil), and its checksum table.
 type openedChunk struct {
-	f   *os.File
-	tab checksum.Table
+	f, direct *os.File
+	tab       checksum.Table
 }
 
-// close closes the file of an OpOpen whose exchange did not finish.
+// close closes the files of an OpOpen.
 func (o *openedChunk) close() {
-	if o != nil && o.f != nil {
+	if o == nil {
+		return
+	}
+	if o.f != nil {
 		o.f.Close()
 		o.f = nil
 	}
+	if o.direct != nil {
+		o.direct.Close()
+		o.direct = nil
+	}
+}
+
+// minDirectRead is the smallest read of a local chunk that goes to its
+// O_DIRECT file (when aligned): bulk reads skip the page cache, which the
+// OST's O_DIRECT writes never filled, and its copy; smaller ones go
+// through it, and stay there for the next reader.
+const minDirectRead = 128 << 10
+
+// ReadAt reads with O_DIRECT when the read is large and aligned (offset,
+// length and buffer) and the file has an O_DIRECT twin, through the page
+// cache otherwise.
+func (o *openedChunk) ReadAt(p []byte, off int64) (int, error) {
+	if o.direct != nil && len(p) >= minDirectRead && off%Align == 0 && len(p)%Align == 0 && IsAligned(p) {
+		n, err := o.direct.ReadAt(p, off)
+		if !errors.Is(err, unix.EINVAL) {
+			return n, err
+		}
+		// The disk wants a larger alignment: the page cache will do.
+	}
+	return o.f.ReadAt(p, off)
 }
 
 type chunkKey struct {
@@ -148,7 +175,7 @@ func (s *localState) dropServerLocked(addr string) []*localFile {
 // closes the descriptor when its last use ends.
 func closeFiles(fs []*localFile) {
 	for _, lf := range fs {
-		lf.f.Close()
+		lf.close()
 	}
 }
 
@@ -173,7 +200,7 @@ func (s *localState) add(k chunkKey, o openedChunk, watch *net.UnixConn) (lf *lo
 		lf = &localFile{openedChunk: o, key: k, last: now}
 		lf.elem = s.lru.PushFront(lf)
 		s.files[k] = lf
-		o.f = nil
+		o.f, o.direct = nil, nil
 	}
 	var evict []*localFile
 	for e := s.lru.Back(); e != nil && (s.lru.Len() > maxLocalFiles || now.Sub(e.Value.(*localFile).last) > localFileIdle); e = s.lru.Back() {
@@ -206,7 +233,7 @@ func (s *localState) drop(lf *localFile) {
 		delete(s.files, lf.key)
 	}
 	s.mu.Unlock()
-	lf.f.Close()
+	lf.close()
 }
 
 // close closes every open chunk file and watch connection.
@@ -220,7 +247,7 @@ func (s *localState) close() {
 		w.Close()
 	}
 	for _, lf := range files {
-		lf.f.Close()
+		lf.close()
 	}
 }
 
@@ -302,12 +329,12 @@ func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst []
 		}
 		var kept bool
 		if lf, kept = c.local.add(k, out, watch); !kept {
-			defer lf.f.Close()
+			defer lf.close()
 		}
 	}
 	off := req.Offset
 	for _, b := range dst {
-		if err := lf.tab.ReadVerified(lf.f, off, b, maxLocalRun, c.opts.Bufs.Get, c.opts.Bufs.Put); err != nil {
+		if err := lf.tab.ReadVerified(&lf.openedChunk, off, b, maxLocalRun, c.opts.Bufs.Get, c.opts.Bufs.Put); err != nil {
 			c.local.drop(lf)
 			return c.readOverLocal(ctx, addr, req, dst)
 		}
@@ -319,8 +346,9 @@ func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst []
 }
 
 // maxLocalRun bounds one pread of whole blocks of a local chunk file
-// before they are verified (see checksum.Table.ReadVerified).
-const maxLocalRun = 512 << 10
+// before they are verified (see checksum.Table.ReadVerified): a row's
+// cell of 1 MiB is one read.
+const maxLocalRun = 1 << 20
 
 // readOverLocal is an OpRead over addr's local connection (transfer
 // counts its bytes).

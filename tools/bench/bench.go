@@ -77,8 +77,8 @@ type Options struct {
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
 	// Creds is the API clients' mutual TLS identity for the cluster at
-	// MDS; nil: plaintext (a cluster run --insecure, as the local one Run
-	// starts).
+	// MDS; nil: plaintext (a cluster run --insecure). Run sets it to the
+	// administrator's of the local cluster it starts, which runs mutual TLS.
 	Creds *wire.Creds
 }
 
@@ -210,7 +210,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return nil, err
 		}
 		o.MDS, o.Mount = local.mdsAddr, local.mnt
-		o.Creds = nil // the local cluster runs --insecure
+		o.Creds = local.creds // mutual TLS, the default
 		r.cpu.pid = local.cmd.Process.Pid
 		r.note("cluster: shoal local started by the benchmark (6 OSTs, RS 4+2) under %s; CPU figures count the benchmark process (with the loopback daemon) and the cluster process", dir)
 		if o.SyncNamespace {

@@ -14,6 +14,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/shoalfs/shoal/internal/wire"
 )
 
 // localCluster is `shoal local` run as a child process, mounted.
@@ -22,6 +24,7 @@ type localCluster struct {
 	mnt     string
 	logPath string
 	mdsAddr string
+	creds   *wire.Creds   // the administrator's, from DIR/env
 	exited  chan struct{} // closed when the process has exited
 	waitErr error         // valid after exited is closed
 }
@@ -43,8 +46,9 @@ func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespac
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
-	// Plaintext: the benchmark's clients carry no certificates.
-	args := []string{"local", "--dir", dir, "--mount", mnt, "--osts", "6", "--k", "4", "--m", "2", "--log-level", "warn", "--insecure"}
+	// The default settings: mutual TLS; the benchmark's API clients use
+	// the administrator's certificate from DIR/env.
+	args := []string{"local", "--dir", dir, "--mount", mnt, "--osts", "6", "--k", "4", "--m", "2", "--log-level", "warn", "--insecure=false"}
 	if syncNamespace {
 		args = append(args, "--sync-namespace")
 	}
@@ -64,6 +68,10 @@ func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespac
 		if b, err := os.ReadFile(addrFile); err == nil && strings.TrimSpace(string(b)) != "" {
 			if ok, _ := isMountPoint(mnt); ok {
 				lc.mdsAddr = strings.TrimSpace(string(b))
+				if lc.creds, err = envCreds(filepath.Join(dir, "env")); err != nil {
+					lc.stop()
+					return nil, err
+				}
 				return lc, nil
 			}
 		}
@@ -80,6 +88,26 @@ func startLocal(ctx context.Context, bin, dir, mnt, logPath string, syncNamespac
 			return nil, fmt.Errorf("shoal local was not ready after 2 minutes: %s", tail(logPath))
 		}
 	}
+}
+
+// envCreds loads the credentials that a shoal local's env file names
+// (SHOAL_CERT, SHOAL_KEY, SHOAL_CA).
+func envCreds(path string) (*wire.Creds, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("shoal local's environment: %w", err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
+			vars[k] = strings.Trim(v, "'\"")
+		}
+	}
+	f := wire.TLSFiles{Cert: vars["SHOAL_CERT"], Key: vars["SHOAL_KEY"], CA: vars["SHOAL_CA"]}
+	if f.Cert == "" {
+		return nil, fmt.Errorf("%s names no certificate (a cluster run --insecure?)", path)
+	}
+	return wire.LoadCreds(f)
 }
 
 // stop sends SIGINT (again every 5 s, as `shoal local` asks when its mount
