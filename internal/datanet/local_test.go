@@ -141,7 +141,7 @@ func testLocalReadsAndWrites(t *testing.T, direct bool) {
 		off, n := r[0], r[1]
 		// Two aligned slices, the first a multiple of the alignment:
 		// the large aligned parts may go through O_DIRECT.
-		a, b := AlignedBuf(n/3&^(Align-1)+1)[:n/3&^(Align-1)], AlignedBuf(n-n/3&^(Align-1))
+		a, b := AlignedBuf(n/3&^(Align-1) + 1)[:n/3&^(Align-1)], AlignedBuf(n-n/3&^(Align-1))
 		if err := c.Read(ctx, addr, 7, 1, nil, uint64(off), [][]byte{a, b}); err != nil {
 			t.Fatalf("read [%d, +%d): %v", off, n, err)
 		}
