@@ -21,6 +21,16 @@ import (
 // percent. Restore reads through the same File API: each block is fetched
 // and decoded on its own, so a rank that restores a slice decodes only
 // the blocks that hold it.
+//
+// Before a shard is written, every piece of data the save writes of at
+// least sampleMin bytes (a tensor, a blob) is sampled (incompressible): a
+// few pieces of sampleSize bytes across it, encoded as its blocks would
+// be. A piece whose samples save less than half of CompressMinSaving has
+// its blocks stored raw without being encoded (compress.Options.Raw), so
+// that random weights, or blobs that are compressed already, cost a few
+// 64 KiB encodes each instead of the first two blocks of every extent
+// (Encode's own probe, which still decides for everything not sampled or
+// sampled as compressible).
 
 // planeWidth is the byte-plane width of a dtype: its element size for
 // float types (a complex64 is two F32s), else 0.
@@ -36,13 +46,86 @@ func planeWidth(d safetensors.DType) int {
 	return 0
 }
 
+// Sampling: pieces of data shorter than sampleMin are left to Encode's
+// probe; longer ones get one sample of sampleSize bytes per sampleEvery,
+// at least 2 and at most sampleMax, spread evenly from the first byte to
+// the last.
+const (
+	sampleMin   = 1 << 20
+	sampleSize  = 64 << 10
+	sampleEvery = 2 << 20
+	sampleMax   = 8
+)
+
+// incompressible reports whether data, elements of plane width w (0: no
+// planes), saves less than half of minSaving percent in its samples.
+func incompressible(data []byte, w, minSaving int) bool {
+	if len(data) < sampleMin {
+		return false
+	}
+	if minSaving <= 0 {
+		minSaving = compress.DefaultMinSavingPct
+	}
+	n := min(sampleMax, max(2, len(data)/sampleEvery))
+	step := (len(data) - sampleSize) / (n - 1)
+	buf := make([]byte, 0, sampleSize)
+	var stored int64
+	for i := range n {
+		off := i * step
+		if w > 1 {
+			off -= off % w
+		}
+		r, ok, err := compress.Encode(buf, data[off:off+sampleSize], compress.Options{
+			Codec: compress.Zstd, BlockSize: sampleSize, ElemSize: w, Base: int64(off), MinSavingPct: -1})
+		if err == nil && ok {
+			stored += r.Index.Stored
+		} else {
+			stored += sampleSize
+		}
+	}
+	logical := int64(n) * sampleSize
+	return (logical-stored)*200 < logical*int64(minSaving)
+}
+
+// rawSpans returns the file ranges of writes that sample as
+// incompressible (sorted by offset, as writes are), e describing the
+// shard (each tensor's dtype gives its plane width).
+func (s *Store) rawSpans(e *ShardEntry, writes []write) []span {
+	width := make(map[int64]int, len(e.Tensors))
+	for _, t := range e.Tensors {
+		width[t.Offset] = planeWidth(t.DType)
+	}
+	var out []span
+	for _, w := range writes {
+		if incompressible(w.data, width[w.off], s.o.CompressMinSaving) {
+			out = append(out, span{w.off, w.data})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].off < out[j].off })
+	return out
+}
+
 // shardCompression returns the compression policy for the shard e
-// describes (nil with Options.NoCompression: the layout decides).
-func (s *Store) shardCompression(e *ShardEntry) *compress.Options {
+// describes (nil with Options.NoCompression: the layout decides); raw are
+// the ranges sampled as incompressible (rawSpans; sorted, apart), whose
+// blocks are stored raw without being encoded.
+func (s *Store) shardCompression(e *ShardEntry, raw []span) *compress.Options {
 	if s.o.NoCompression {
 		return nil
 	}
 	o := &compress.Options{Codec: compress.Zstd, MinSavingPct: s.o.CompressMinSaving}
+	if len(raw) > 0 {
+		// A block that lies mostly in such ranges is stored raw.
+		o.Raw = func(off, n int64) bool {
+			end := off + n
+			i := sort.Search(len(raw), func(i int) bool { return raw[i].off+int64(len(raw[i].buf)) > off })
+			var in int64
+			for ; i < len(raw) && raw[i].off < end; i++ {
+				in += min(end, raw[i].off+int64(len(raw[i].buf))) - max(off, raw[i].off)
+			}
+			return in*2 > n
+		}
+	}
 	type span struct {
 		off, end int64
 		width    int

@@ -577,7 +577,11 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 		if err != nil {
 			return nil, fmt.Errorf("ckpt: open shard %q: %w", sh.Name, err)
 		}
-		if err := f.SetCompression(s.shardCompression(&p.e)); err != nil { // compress.go
+		var raw []span
+		if !s.o.NoCompression {
+			raw = s.rawSpans(&p.e, p.writes)
+		}
+		if err := f.SetCompression(s.shardCompression(&p.e, raw)); err != nil { // compress.go
 			f.Close(ctx)
 			return nil, fmt.Errorf("ckpt: shard %q: %w", sh.Name, err)
 		}

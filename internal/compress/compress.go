@@ -118,6 +118,13 @@ type Options struct {
 	// boundary for the file range [off, off+n) of one block. The checkpoint
 	// writer uses it to give each tensor's dtype.
 	Planes func(off, n int64) (width int, boundary int64)
+	// Raw, when set, names the blocks known not to compress (a sample of
+	// their bytes did not): it is called with the file range [off,
+	// off+n) of each block, and a block it reports is stored raw without
+	// being encoded. An extent whose first blocks it reports is given up
+	// at once (the probe below), so data that does not compress costs
+	// no encoding at all.
+	Raw func(off, n int64) bool
 }
 
 // Validate checks o.
@@ -261,8 +268,16 @@ func Encode(dst, src []byte, o Options) (r Result, ok bool, err error) {
 	for b := 0; b < n; b++ {
 		lo := b * bs
 		blk := src[lo:min(lo+bs, len(src))]
-		w, skip := o.planesOf(o.Base+int64(lo), int64(len(blk)))
 		start := len(out)
+		if o.Raw != nil && o.Raw(o.Base+int64(lo), int64(len(blk))) {
+			out = append(out, blk...)
+			x.Blocks[b] = Block{Off: int64(start), Len: int64(len(blk)), Raw: true}
+			if giveUp(o, b, n, int64(lo+len(blk)), int64(len(out)), limit) {
+				return Result{}, false, nil
+			}
+			continue
+		}
+		w, skip := o.planesOf(o.Base+int64(lo), int64(len(blk)))
 		if w > 1 {
 			out, err = encodePlanes(out, blk, w, skip)
 		} else {
@@ -282,15 +297,7 @@ func Encode(dst, src []byte, o Options) (r Result, ok bool, err error) {
 		} else {
 			x.Blocks[b] = Block{Off: int64(start), Len: int64(blen), Width: uint8(w), Skip: uint8(skip), Planes2: w > 1}
 		}
-		// Give up early: when the rest cannot save enough even if it
-		// shrank to nothing, or when the first probeBlocks blocks saved
-		// less than half the threshold: an extent that does not compress
-		// at its start seldom does later, and encoding bytes that end up
-		// stored raw anyway costs CPU for nothing.
-		if int64(len(out)) > limit {
-			return Result{}, false, nil
-		}
-		if done := int64(lo + len(blk)); b+1 == probeBlocks && b+1 < n && (done-int64(len(out)))*200 < done*int64(o.minSaving()) {
+		if giveUp(o, b, n, int64(lo+len(blk)), int64(len(out)), limit) {
 			return Result{}, false, nil
 		}
 	}
@@ -299,6 +306,19 @@ func Encode(dst, src []byte, o Options) (r Result, ok bool, err error) {
 	}
 	x.Stored = int64(len(out))
 	return Result{Index: x, Stored: out}, true, nil
+}
+
+// giveUp reports whether Encode stops after block b of n, with done
+// logical bytes stored in stored bytes so far: when the rest cannot save
+// enough even if it shrank to nothing (stored over limit), or when the
+// first probeBlocks blocks saved less than half the threshold: an extent
+// that does not compress at its start seldom does later, and encoding
+// bytes that end up stored raw anyway costs CPU for nothing.
+func giveUp(o Options, b, n int, done, stored, limit int64) bool {
+	if stored > limit {
+		return true
+	}
+	return b+1 == probeBlocks && b+1 < n && (done-stored)*200 < done*int64(o.minSaving())
 }
 
 // planesOf returns the plane width and the skip (bytes before the first

@@ -364,3 +364,30 @@ func TestProbe(t *testing.T) {
 		t.Error("an extent whose second block compresses was given up")
 	}
 }
+
+// TestRawHint: blocks that Options.Raw names are stored raw without
+// being encoded (even where they would compress), the others as usual;
+// an extent whose first blocks it names is given up.
+func TestRawHint(t *testing.T) {
+	src := floatBytes("BF16", 4*MinBlockSize, 1)
+	o := Options{Codec: Zstd, BlockSize: MinBlockSize, ElemSize: 2, Base: 1000, Raw: func(off, n int64) bool {
+		return off == 1000+MinBlockSize
+	}}
+	r, ok := roundTrip(t, src, o)
+	if !ok {
+		t.Fatal("not compressed")
+	}
+	for i, b := range r.Index.Blocks {
+		if b.Raw != (i == 1) {
+			t.Errorf("block %d: raw %v", i, b.Raw)
+		}
+	}
+	o.Raw = func(off, n int64) bool { return off < 1000+2*MinBlockSize }
+	if _, ok, _ := Encode(nil, src, o); ok {
+		t.Error("an extent whose first blocks are named raw was compressed")
+	}
+	o.Raw = func(int64, int64) bool { return true }
+	if _, ok, _ := Encode(nil, src[:MinBlockSize], o); ok {
+		t.Error("a block named raw was compressed")
+	}
+}
