@@ -23,7 +23,6 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt"
-	"github.com/shoalfs/shoal/client/ckpt/safetensors"
 )
 
 // ckptFlags are the flags every `shoal ckpt` command takes.
@@ -524,10 +523,11 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 			if err != nil || step == ckpt.Latest {
 				return fmt.Errorf("save: STEP must be a number: %q", args[1])
 			}
-			shards, err := ckptReadDir(from)
+			dir, err := ckptReadDir(from) // ckpt_files.go: mapped, not read
 			if err != nil {
 				return err
 			}
+			defer dir.Close()
 			return f.run(g, ckpt.Options{Retention: keep}, func(ctx context.Context, sess *ckptSess) error {
 				var opts []ckpt.SaveOption
 				if noReuse {
@@ -540,10 +540,13 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 					opts = append(opts, ckpt.Base(base))
 				}
 				t0 := time.Now()
-				res, err := sess.s.Save(ctx, args[0], step, shards, opts...)
+				res, err := sess.s.Save(ctx, args[0], step, dir.shards, opts...)
 				sess.bar.finish()
 				if err != nil {
 					return err
+				}
+				if err := dir.Changed(); err != nil {
+					return fmt.Errorf("save: %s step %d: %w: the step may not match its manifest (shoal ckpt verify %[1]s %[2]d; shoal ckpt rm %[1]s %[2]d)", args[0], step, err)
 				}
 				if f.json {
 					return ckptJSON(res.Manifest)
@@ -568,48 +571,6 @@ func ckptSave(g *globals, f *ckptFlags) *cobra.Command {
 	fl.Int64Var(&keep.KeepEvery, "keep-every", 0, "with --keep-last: also keep steps that are multiples of K")
 	cmd.MarkFlagRequired("from")
 	return cmd
-}
-
-// ckptReadDir reads the regular files of dir as shards: a *.safetensors
-// file becomes its tensors and its header bytes, kept as they are (the
-// header must decode), anything else a blob.
-func ckptReadDir(dir string) ([]ckpt.Shard, error) {
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var shards []ckpt.Shard
-	for _, e := range es {
-		if !e.Type().IsRegular() {
-			if e.IsDir() {
-				fmt.Fprintf(os.Stderr, "shoal: skipping directory %s (save flattens nothing; save each directory on its own)\n", filepath.Join(dir, e.Name()))
-			}
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		if !strings.HasSuffix(e.Name(), ".safetensors") {
-			shards = append(shards, ckpt.Shard{Name: e.Name(), Blob: b})
-			continue
-		}
-		h, err := safetensors.Decode(b, int64(len(b)))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err)
-		}
-		ds := h.DataStart()
-		sh := ckpt.Shard{Name: e.Name(), Header: b[:ds:ds], Tensors: make([]ckpt.Tensor, 0, len(h.Tensors))}
-		for _, t := range h.Tensors {
-			sh.Tensors = append(sh.Tensors, ckpt.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape,
-				Data: b[ds+t.Begin : ds+t.End : ds+t.End]})
-		}
-		shards = append(shards, sh)
-	}
-	if len(shards) == 0 {
-		return nil, fmt.Errorf("%s holds no files to save", dir)
-	}
-	return shards, nil
 }
 
 func ckptRestore(g *globals, f *ckptFlags) *cobra.Command {
@@ -641,19 +602,12 @@ func ckptRestore(g *globals, f *ckptFlags) *cobra.Command {
 				g2.SetLimit(f.parallel)
 				for _, n := range names {
 					g2.Go(func() error {
-						b, _, err := s.ReadFile(gctx, args[0], in.Step, n)
+						size, err := ckptCopyOut(gctx, s, args[0], in.Step, n, filepath.Join(to, filepath.FromSlash(n)))
 						if err != nil {
 							return err
 						}
-						p := filepath.Join(to, filepath.FromSlash(n))
-						if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-							return err
-						}
-						if err := os.WriteFile(p, b, 0o644); err != nil {
-							return err
-						}
 						mu.Lock()
-						done += int64(len(b))
+						done += size
 						bar.update(ckpt.Progress{Op: "restore", Job: args[0], Step: in.Step, Done: done, Total: total})
 						mu.Unlock()
 						return nil
