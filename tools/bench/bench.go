@@ -140,6 +140,7 @@ func (t *target) readFS() (fsys, func(), error) {
 type measure struct {
 	bytes, ops int64
 	dur, cpu   time.Duration
+	self       time.Duration // of cpu, the benchmark process's own (an API step's client)
 }
 
 func (m measure) mibps() float64 { return float64(m.bytes) / (1 << 20) / m.dur.Seconds() }
@@ -153,7 +154,8 @@ type runner struct {
 	targets []*target
 	vals    values
 	notes   []string
-	cpuAcc  map[string]*measure // big-file phases, by path
+	cpuAcc  map[string]*measure    // big-file phases, by path
+	cpuDir  map[[2]string]*measure // big-file phases, by path and direction (read, write)
 	step    int
 	// broken holds the paths that failed a step of the current group;
 	// failures says what failed.
@@ -180,7 +182,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, err
 	}
 	o.Dir = dir
-	r := &runner{o: o, pat: newPattern(), vals: values{}, cpuAcc: map[string]*measure{}}
+	r := &runner{o: o, pat: newPattern(), vals: values{}, cpuAcc: map[string]*measure{}, cpuDir: map[[2]string]*measure{}}
 	r.note("machine: %s; load average at start %s", machine(), loadAvg())
 
 	// The cluster.
@@ -336,6 +338,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			r.vals.set("cpu.big", "MiB/cpu-s", p, float64(m.bytes)/(1<<20)/m.cpu.Seconds())
 		}
 	}
+	r.setCPUFigures()
 	r.note("run took %s; load average at end %s", time.Since(start).Round(time.Second), loadAvg())
 	for _, f := range r.failures {
 		r.note("FAILED: %s", f)
@@ -374,9 +377,9 @@ func (r *runner) coldCaches() error {
 func (r *runner) timed(ctx context.Context, t *target, phase string, fn func() (bytes, ops int64, err error)) (m measure, ok bool, err error) {
 	r.step++
 	fmt.Fprintf(r.o.Progress, "bench: [%2d] %-22s %-9s ", r.step, phase, t.path)
-	c0, t0 := r.cpu.now(), time.Now()
+	c0, s0, t0 := r.cpu.now(), selfCPU(), time.Now()
 	b, n, err := recovered(fn)
-	m = measure{bytes: b, ops: n, dur: time.Since(t0), cpu: r.cpu.now() - c0}
+	m = measure{bytes: b, ops: n, dur: time.Since(t0), cpu: r.cpu.now() - c0, self: selfCPU() - s0}
 	if err != nil {
 		fmt.Fprintf(r.o.Progress, "FAILED\n")
 		if ok, err := r.try(ctx, t, phase, err); !ok {
@@ -438,8 +441,9 @@ func recovered(fn func() (int64, int64, error)) (b, n int64, err error) {
 	return fn()
 }
 
-// accountCPU adds a big-file step to its path's CPU account.
-func (r *runner) accountCPU(path string, m measure) {
+// accountCPU adds a big-file step (of figure fig) to its path's CPU
+// accounts.
+func (r *runner) accountCPU(fig, path string, m measure) {
 	a := r.cpuAcc[path]
 	if a == nil {
 		a = &measure{}
@@ -447,6 +451,37 @@ func (r *runner) accountCPU(path string, m measure) {
 	}
 	a.bytes += m.bytes
 	a.cpu += m.cpu
+	dir := "write"
+	if strings.Contains(fig, "read") {
+		dir = "read"
+	}
+	d := r.cpuDir[[2]string{path, dir}]
+	if d == nil {
+		d = &measure{}
+		r.cpuDir[[2]string{path, dir}] = d
+	}
+	d.bytes += m.bytes
+	d.cpu += m.cpu
+	d.self += m.self
+}
+
+// setCPUFigures sets cpu.read and cpu.write (CPU-seconds per GiB of the
+// big-file steps): for the API, the client's alone (this process); for
+// the mount, the reader's or writer's (this process: the kernel's FUSE
+// copies) with the cluster process's (the mount's client and the
+// servers, which share it); for the loopback, this process's (the reader
+// and the loopback daemon); for the disk, this process's, the baseline.
+func (r *runner) setCPUFigures() {
+	for k, m := range r.cpuDir {
+		path, dir := k[0], k[1]
+		cpu := m.cpu
+		if path == pathAPI {
+			cpu = m.self
+		}
+		if m.bytes > 0 && cpu > 0 {
+			r.vals.set("cpu."+dir, "cpu-s/GiB", path, cpu.Seconds()/(float64(m.bytes)/(1<<30)))
+		}
+	}
 }
 
 // parallel runs fn(ctx, i) for i in [0, n) on n goroutines and returns the

@@ -190,6 +190,12 @@ var specs = []spec{
 	{name: "big.read", unit: "MiB/s", targets: map[string]float64{pathMount: 0.8, pathAPI: 0.8}},
 	{name: "big.write1", unit: "MiB/s", ec: true},
 	{name: "cpu.big", unit: "MiB/cpu-s"},
+	// CPU-seconds per GiB of the big-file steps (lower is better; the
+	// ratio is to the loopback for the mount): the API's client alone,
+	// the mount's client with the servers (one process), see
+	// runner.setCPUFigures.
+	{name: "cpu.read", unit: "cpu-s/GiB"},
+	{name: "cpu.write", unit: "cpu-s/GiB"},
 	{name: "small.create", unit: "files/s"},
 	{name: "small.create", unit: "MiB/s"},
 	{name: "small.read", unit: "files/s"},

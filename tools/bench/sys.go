@@ -47,6 +47,15 @@ func (m cpuMeter) now() time.Duration {
 	return total
 }
 
+// selfCPU is the CPU time (user + system) of this process so far.
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // procCPU reads utime + stime of process pid (all its threads) from
 // /proc/PID/stat.
 func procCPU(pid int) (time.Duration, error) {

@@ -74,7 +74,7 @@ func (r *runner) big(ctx context.Context) error {
 				if !ok {
 					break
 				}
-				r.accountCPU(t.path, m)
+				r.accountCPU(fig, t.path, m)
 				ms = append(ms, m)
 			}
 			if r.broken[t.path] {
