@@ -316,15 +316,24 @@ func (st *store) writeFiles(c chunkID, data []byte, sync bool) (placed bool, err
 	if err != nil {
 		return false, fmt.Errorf("ost: write chunk %s: %w", c, err)
 	}
+	dataTmp, err := st.writeChunkTemp(data, sync, sync)
+	if err != nil {
+		return false, diskErr("write", c, err)
+	}
+	return st.placeFiles(c, tab, dataTmp, sync)
+}
+
+// placeFiles writes chunk c's sidecar (of tab) to a temp file and renames
+// it and dataTmp, the chunk's data already written (and with sync
+// fdatasynced), into place, sidecar first; with sync, then fsyncs the
+// directory. It removes dataTmp when it fails before placing it, and
+// reports whether the files are in place.
+func (st *store) placeFiles(c chunkID, tab checksum.Table, dataTmp string, sync bool) (placed bool, err error) {
 	path := st.dataPath(c)
 	crcTmp, err := st.writeChunkTemp(tab.Encode(), false, sync)
 	if err != nil {
+		st.fs.Remove(dataTmp)
 		return false, diskErr("write sidecar of", c, err)
-	}
-	dataTmp, err := st.writeChunkTemp(data, sync, sync)
-	if err != nil {
-		st.fs.Remove(crcTmp)
-		return false, diskErr("write", c, err)
 	}
 	if err := st.fs.Rename(crcTmp, st.sidecarPath(c)); err != nil {
 		st.fs.Remove(crcTmp)
@@ -368,16 +377,8 @@ func (st *store) reserve(n int64) error {
 func (st *store) writeChunkTemp(b []byte, direct, sync bool) (string, error) {
 	direct = direct && st.directWrites.Load() && len(b)%directAlign == 0 && datanet.IsAligned(b)
 	for {
-		path := filepath.Join(st.dir, tmpDir, "w-"+strconv.FormatUint(st.tmpSeq.Add(1), 10))
-		f, err := st.createTemp(path, direct)
-		switch {
-		case errors.Is(err, fs.ErrExist):
-			continue
-		case direct && errors.Is(err, syscall.EINVAL):
-			st.refuseDirect(err)
-			direct = false
-			continue
-		case err != nil:
+		f, path, err := st.newTemp(&direct)
+		if err != nil {
 			return "", err
 		}
 		_, err = f.Write(b)
@@ -400,6 +401,26 @@ func (st *store) writeChunkTemp(b []byte, direct, sync bool) (string, error) {
 			return "", err
 		}
 		return path, nil
+	}
+}
+
+// newTemp creates a new temp file in tmp/ for a chunk write, with O_DIRECT
+// when *direct, which it clears when the file system refuses O_DIRECT.
+func (st *store) newTemp(direct *bool) (vfs.File, string, error) {
+	for {
+		path := filepath.Join(st.dir, tmpDir, "w-"+strconv.FormatUint(st.tmpSeq.Add(1), 10))
+		f, err := st.createTemp(path, *direct)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			continue
+		case *direct && errors.Is(err, syscall.EINVAL):
+			st.refuseDirect(err)
+			*direct = false
+			continue
+		case err != nil:
+			return nil, "", err
+		}
+		return f, path, nil
 	}
 }
 

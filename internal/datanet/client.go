@@ -166,7 +166,13 @@ func (c *Client) Write(ctx context.Context, addr string, extent uint64, index ui
 	}
 	req := Request{Op: OpWrite, Extent: extent, Index: index, Length: n, Cap: tok}
 	if c.useLocal(addr) {
-		err := c.do(ctx, addr, req, data, nil, true, nil)
+		err := errFileWrite
+		if n >= MinLocalFileWrite && n <= MaxLength {
+			err = c.writeByFile(ctx, addr, req, data) // localwrite.go
+		}
+		if errors.Is(err, errFileWrite) || errors.Is(err, errs.ErrNotSupported) {
+			err = c.do(ctx, addr, req, data, nil, true, nil)
+		}
 		if !errors.Is(err, errNoLocal) {
 			if err == nil {
 				c.stats.writeBytes.Add(n)
@@ -394,9 +400,12 @@ func (c *Client) exchange(ctx context.Context, cc *clientConn, req Request, send
 	}
 	// A deadline in the past unblocks every pending read and write.
 	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(time.Unix(1, 0)) })
-	if req.Op == OpOpen {
+	switch req.Op {
+	case OpOpen:
 		keep, err = c.transferOpen(cc.c, req, out)
-	} else {
+	case OpCreate:
+		keep, err = c.transferCreate(cc.c, req, send)
+	default:
 		keep, err = c.transfer(cc.c, req, send, recv)
 	}
 	if !stop() {

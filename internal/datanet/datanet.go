@@ -111,6 +111,16 @@ const (
 	// table of chunk (Extent, Index) and pass its open data file with the
 	// reply (SCM_RIGHTS). Offset and Length must be 0.
 	OpOpen Op = 3
+	// OpCreate, on a local connection only (localwrite.go): reserve
+	// Length bytes for chunk (Extent, Index) and pass a new temporary
+	// file to write them to (SCM_RIGHTS), with the server's checksum
+	// block size (u32) as the reply's payload; the connection's next
+	// request must be the OpCommit of the same chunk. Offset must be 0.
+	OpCreate Op = 4
+	// OpCommit follows an OpCreate: its payload (Length bytes) is the
+	// encoded checksum table of the bytes the client wrote; the server
+	// stores the file as the chunk, durably. Offset must be 0.
+	OpCommit Op = 5
 )
 
 func (o Op) String() string {
@@ -121,6 +131,10 @@ func (o Op) String() string {
 		return "read"
 	case OpOpen:
 		return "open"
+	case OpCreate:
+		return "create"
+	case OpCommit:
+		return "commit"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -134,8 +148,11 @@ const (
 	// FlagAcceptS2, on OpRead: the client takes a reply whose payload is
 	// an s2 frame of the Length bytes (reply flag bit 1).
 	FlagAcceptS2 uint16 = 1 << 1
+	// FlagDirect, on OpCreate: the client writes aligned buffers of
+	// aligned lengths, so the file may be opened with O_DIRECT.
+	FlagDirect uint16 = 1 << 2
 
-	requestFlags = FlagS2 | FlagAcceptS2
+	requestFlags = FlagS2 | FlagAcceptS2 | FlagDirect
 )
 
 // Request is a request: its header and its capability.
@@ -187,6 +204,9 @@ func (r Request) Validate() error {
 	}
 	switch r.Op {
 	case OpWrite:
+		if r.Flags&FlagDirect != 0 {
+			return fmt.Errorf("datanet: write with FlagDirect: %w", errs.ErrInvalid)
+		}
 		if r.Offset != 0 {
 			return fmt.Errorf("datanet: write at offset %d: writes store whole chunks: %w", r.Offset, errs.ErrInvalid)
 		}
@@ -201,6 +221,9 @@ func (r Request) Validate() error {
 			return fmt.Errorf("datanet: wire length %d without FlagS2: %w", r.WireLength, errs.ErrInvalid)
 		}
 	case OpRead:
+		if r.Flags&FlagDirect != 0 {
+			return fmt.Errorf("datanet: read with FlagDirect: %w", errs.ErrInvalid)
+		}
 		if r.Offset > ^uint64(0)-r.Length {
 			return fmt.Errorf("datanet: read of %d bytes at %d overflows: %w", r.Length, r.Offset, errs.ErrInvalid)
 		}
@@ -210,6 +233,10 @@ func (r Request) Validate() error {
 	case OpOpen:
 		if r.Offset != 0 || r.Length != 0 || r.Flags != 0 || r.WireLength != 0 {
 			return fmt.Errorf("datanet: open with an offset, length or flags: %w", errs.ErrInvalid)
+		}
+	case OpCreate, OpCommit:
+		if r.Offset != 0 || r.WireLength != 0 || r.Flags&^FlagDirect != 0 || (r.Op == OpCommit && r.Flags != 0) || r.Length == 0 {
+			return fmt.Errorf("datanet: %v with an offset, no length or flags %#x: %w", r.Op, r.Flags, errs.ErrInvalid)
 		}
 	default:
 		return fmt.Errorf("datanet: unknown %v: %w", r.Op, errs.ErrNotSupported)

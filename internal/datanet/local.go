@@ -114,20 +114,26 @@ func (s *Server) serveOpen(c net.Conn, req Request) bool {
 	if len(table) > MaxLength {
 		return s.replyError(c, req.Op, fmt.Errorf("datanet: checksum table of %d bytes: %w", len(table), errs.ErrTooLarge), false)
 	}
+	return s.sendFiles(uc, Reply{Op: OpOpen, Length: uint64(len(table))}, table, files...)
+}
+
+// sendFiles sends reply r and its payload on c with files' descriptors
+// attached to their first byte (SCM_RIGHTS). The files must stay open
+// until it returns.
+func (s *Server) sendFiles(c *net.UnixConn, r Reply, payload []byte, files ...*os.File) bool {
 	var h [ReplySize]byte
-	Reply{Op: OpOpen, Length: uint64(len(table))}.Encode(&h)
-	msg := append(h[:], table...)
-	// The files stay open (deferred closes) until the message is sent.
+	r.Encode(&h)
+	msg := append(h[:], payload...)
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	n, _, werr := uc.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+	n, _, werr := c.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
 	if werr == nil && n < len(msg) {
 		_, werr = c.Write(msg[n:])
 	}
 	if werr != nil {
-		s.log.Debug("data path: open reply", "err", werr)
+		s.log.Debug("data path: reply with files", "err", werr)
 		return false
 	}
 	return true
@@ -140,64 +146,17 @@ const maxPassedFiles = 4
 // transferOpen is transfer for OpOpen: it reads the reply header with the
 // descriptor passed beside it, then the table.
 func (c *Client) transferOpen(conn net.Conn, req Request, out *openedChunk) (keep bool, err error) {
-	uc, ok := conn.(*net.UnixConn)
-	if !ok {
-		return false, fmt.Errorf("datanet: open over %T: %w", conn, errs.ErrNotSupported)
-	}
-	var h [RequestSize + MaxCapLength]byte
-	req.Encode((*[RequestSize]byte)(h[:RequestSize]))
-	n := RequestSize + copy(h[RequestSize:], req.Cap)
-	if _, err := conn.Write(h[:n]); err != nil {
-		return false, &ioError{err}
-	}
-	var fds []int
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
-	var rh [ReplySize]byte
-	oob := make([]byte, unix.CmsgSpace(4*maxPassedFiles))
-	for got := 0; got < ReplySize; {
-		n, oobn, flags, _, err := uc.ReadMsgUnix(rh[got:], oob)
-		if oobn > 0 {
-			more, perr := parseRights(oob[:oobn])
-			fds = append(fds, more...)
-			if perr != nil {
-				return false, perr
-			}
-		}
-		if flags&unix.MSG_CTRUNC != 0 {
-			return false, fmt.Errorf("datanet: open reply's control data truncated: %w", errs.ErrInvalid)
-		}
-		got += n
-		if err != nil && got < ReplySize {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return false, &ioError{err}
-		}
-	}
-	r, err := DecodeReply(&rh)
+	b, fds, keep, err := requestFiles(conn, req)
+	defer func() { closeFDs(fds) }() // those not taken
 	if err != nil {
-		return false, err
-	}
-	if r.Op != OpOpen {
-		return false, fmt.Errorf("datanet: reply to %v for %v: %w", r.Op, req.Op, errs.ErrInvalid)
-	}
-	b := make([]byte, r.Length)
-	if _, err := io.ReadFull(conn, b); err != nil {
-		return false, &ioError{err}
-	}
-	if r.Failed {
-		return !r.Close, DecodeError(b)
+		return keep, err
 	}
 	if len(fds) != 1 && len(fds) != 2 {
 		return false, fmt.Errorf("datanet: open reply with %d descriptors, want 1 or 2: %w", len(fds), errs.ErrInvalid)
 	}
 	tab, err := checksum.Decode(b)
 	if err != nil {
-		return !r.Close, fmt.Errorf("datanet: open reply's checksum table: %w", err)
+		return keep, fmt.Errorf("datanet: open reply's checksum table: %w", err)
 	}
 	name := fmt.Sprintf("chunk %d.%d", req.Extent, req.Index)
 	out.f = os.NewFile(uintptr(fds[0]), name)
@@ -206,7 +165,74 @@ func (c *Client) transferOpen(conn net.Conn, req Request, out *openedChunk) (kee
 	}
 	out.tab = tab
 	fds = nil
-	return !r.Close, nil
+	return keep, nil
+}
+
+// requestFiles sends req (its header and capability) on conn, a local
+// connection, and reads the reply's payload and the descriptors passed
+// with it (which the caller closes, also on error).
+func requestFiles(conn net.Conn, req Request) (payload []byte, fds []int, keep bool, err error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return nil, nil, false, fmt.Errorf("datanet: %v over %T: %w", req.Op, conn, errs.ErrNotSupported)
+	}
+	var h [RequestSize + MaxCapLength]byte
+	req.Encode((*[RequestSize]byte)(h[:RequestSize]))
+	n := RequestSize + copy(h[RequestSize:], req.Cap)
+	if _, err := conn.Write(h[:n]); err != nil {
+		return nil, nil, false, &ioError{err}
+	}
+	_, payload, fds, keep, err = readReplyWithFiles(uc, req.Op)
+	return payload, fds, keep, err
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// readReplyWithFiles reads the reply to a request of op on c, its payload
+// and the descriptors passed with it (which the caller closes). A failed
+// reply is returned with err its decoded error. keep reports whether the
+// connection is still in step.
+func readReplyWithFiles(c *net.UnixConn, op Op) (r Reply, payload []byte, fds []int, keep bool, err error) {
+	var rh [ReplySize]byte
+	oob := make([]byte, unix.CmsgSpace(4*maxPassedFiles))
+	for got := 0; got < ReplySize; {
+		n, oobn, flags, _, rerr := c.ReadMsgUnix(rh[got:], oob)
+		if oobn > 0 {
+			more, perr := parseRights(oob[:oobn])
+			fds = append(fds, more...)
+			if perr != nil {
+				return r, nil, fds, false, perr
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			return r, nil, fds, false, fmt.Errorf("datanet: %v reply's control data truncated: %w", op, errs.ErrInvalid)
+		}
+		got += n
+		if rerr != nil && got < ReplySize {
+			if errors.Is(rerr, io.EOF) {
+				rerr = io.ErrUnexpectedEOF
+			}
+			return r, nil, fds, false, &ioError{rerr}
+		}
+	}
+	if r, err = DecodeReply(&rh); err != nil {
+		return r, nil, fds, false, err
+	}
+	if r.Op != op {
+		return r, nil, fds, false, fmt.Errorf("datanet: reply to %v for %v: %w", r.Op, op, errs.ErrInvalid)
+	}
+	payload = make([]byte, r.Length)
+	if _, err := io.ReadFull(c, payload); err != nil {
+		return r, nil, fds, false, &ioError{err}
+	}
+	if r.Failed {
+		return r, nil, fds, !r.Close, DecodeError(payload)
+	}
+	return r, payload, fds, !r.Close, nil
 }
 
 // parseRights returns the descriptors of the SCM_RIGHTS messages in oob,

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -340,4 +341,119 @@ func unixPair() (*net.UnixConn, *net.UnixConn, error) {
 		return nil, nil, err
 	}
 	return a.(*net.UnixConn), b.(*net.UnixConn), nil
+}
+
+// creatingHandler is a fileHandler that also takes chunks by file
+// (Creator), as an OST does.
+type creatingHandler struct {
+	*fileHandler
+	creates atomic.Int64
+	flags   atomic.Uint32 // of the last create
+}
+
+type testPending struct {
+	h    *creatingHandler
+	req  Request
+	f    *os.File
+	path string
+}
+
+func (h *creatingHandler) CreateChunk(ctx context.Context, req Request) (PendingChunk, error) {
+	h.creates.Add(1)
+	h.flags.Store(uint32(req.Flags))
+	path := h.path(req.Extent, req.Index) + ".tmp"
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &testPending{h: h, req: req, f: f, path: path}, nil
+}
+
+func (p *testPending) File() *os.File    { return p.f }
+func (p *testPending) BlockSize() uint32 { return testBlock }
+func (p *testPending) Abort()            { p.f.Close(); os.Remove(p.path) }
+
+func (p *testPending) Commit(ctx context.Context, table []byte) error {
+	p.f.Close()
+	tab, err := checksum.Decode(table)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(p.path)
+	if err != nil {
+		return err
+	}
+	want, err := checksum.Compute(data, testBlock)
+	if err != nil {
+		return err
+	}
+	if fmt.Sprint(want) != fmt.Sprint(tab) || uint64(len(data)) != p.req.Length {
+		return fmt.Errorf("table of %d bytes does not match the file's %d: %w", tab.Length, len(data), errs.ErrCorrupt)
+	}
+	p.h.mu.Lock()
+	p.h.tabs[[2]uint64{p.req.Extent, uint64(p.req.Index)}] = tab
+	p.h.mu.Unlock()
+	return os.Rename(p.path, p.h.path(p.req.Extent, p.req.Index))
+}
+
+// TestLocalWriteByFile: a large chunk goes into the file the server
+// passes, with the client's checksum table, aligned or not; a small one
+// over the socket; a commit without its create is refused.
+func TestLocalWriteByFile(t *testing.T) {
+	h := &creatingHandler{fileHandler: newFileHandler(t)}
+	tcp, _ := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	big := randBytes(MinLocalFileWrite+3*testBlock, 7)
+	aligned := AlignedBuf(len(big))
+	copy(aligned, big)
+	for i, tc := range []struct {
+		data   [][]byte
+		direct bool
+	}{
+		{[][]byte{aligned[:MinLocalFileWrite], aligned[MinLocalFileWrite:]}, true},
+		{[][]byte{big[:1000], big[1000:]}, false}, // odd slices: no O_DIRECT, blocks across them
+	} {
+		idx := uint32(i)
+		if err := c.Write(ctx, addr, 11, idx, nil, tc.data); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if got := uint16(h.flags.Load()) == FlagDirect; got != tc.direct {
+			t.Errorf("write %d: FlagDirect %v, want %v", i, got, tc.direct)
+		}
+		got, err := os.ReadFile(h.path(11, idx))
+		if err != nil || string(got) != string(big) {
+			t.Fatalf("write %d: the chunk file holds other bytes (%v)", i, err)
+		}
+		buf := make([]byte, len(big))
+		if err := c.Read(ctx, addr, 11, idx, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(big) {
+			t.Fatalf("read back %d: %v", i, err)
+		}
+	}
+	if n := h.creates.Load(); n != 2 {
+		t.Errorf("%d creates, want 2", n)
+	}
+	if err := c.Write(ctx, addr, 12, 0, nil, [][]byte{big[:1000]}); err != nil || h.creates.Load() != 2 {
+		t.Fatalf("a small write: %v, %d creates", err, h.creates.Load())
+	}
+	if st := c.Stats(); st.LocalWriteBytes != uint64(2*len(big)+1000) || st.WriteWireBytes != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// A commit on its own.
+	conn, err := net.Dial("unix", LocalName(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var hdr [RequestSize]byte
+	Request{Op: OpCommit, Extent: 1, Length: 8}.Encode(&hdr)
+	conn.Write(append(hdr[:], make([]byte, 8)...))
+	var rh [ReplySize]byte
+	if _, err := io.ReadFull(conn, rh[:]); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := DecodeReply(&rh); err != nil || !r.Failed || !r.Close {
+		t.Errorf("a commit without a create: %+v, %v", r, err)
+	}
 }

@@ -364,8 +364,15 @@ func (s *Server) serveRequest(c net.Conn, hdr *[RequestSize]byte, capBuf []byte,
 		s.replyError(c, req.Op, denied, true)
 		return false
 	}
-	if req.Op == OpOpen {
+	switch req.Op {
+	case OpOpen:
 		return s.serveOpen(c, req)
+	case OpCreate:
+		return s.serveCreate(c, req, hdr, capBuf)
+	case OpCommit:
+		// Only right after its OpCreate, which reads it.
+		s.replyError(c, req.Op, fmt.Errorf("datanet: commit without a create: %w", errs.ErrInvalid), true)
+		return false
 	}
 	n := int(req.Length)
 	// The budget counts the chunk's buffer and the frame's: the one
