@@ -25,11 +25,13 @@ const (
 	// localRetry is how long a server found without a usable local
 	// endpoint is reached over TCP before the client looks again.
 	localRetry = 30 * time.Second
-	// maxLocalFiles bounds the chunk files a client keeps open, and
-	// localFileIdle how long one is kept unused. Chunks are immutable, so
-	// an open file keeps giving the chunk's bytes; the bounds keep the
-	// descriptors few and let deleted chunks' space go.
-	maxLocalFiles = 1024
+	// maxLocalFiles bounds the chunk files a client keeps open (two
+	// descriptors each with an O_DIRECT twin), and localFileIdle how long
+	// one is kept unused. Chunks are immutable, so an open file keeps
+	// giving the chunk's bytes; the bounds keep the descriptors few (a
+	// sequential reader needs a file for the rows it reads ahead) and let
+	// deleted chunks' space go.
+	maxLocalFiles = 256
 	localFileIdle = 30 * time.Second
 )
 
