@@ -62,9 +62,18 @@
 // connection that saw an I/O or protocol error, a cancelled context, or a
 // reply with the close flag.
 //
-// The package imports no other Shoal package but internal/errs and
-// internal/wire: a server is given a Handler, and the client knows nothing
-// of OSTs beyond their data addresses.
+// Local connections (local.go, localwrite.go): a server may also listen
+// on an abstract unix socket named after its address, for clients on its
+// host, checked by their credentials. They carry the same requests in
+// plaintext, and three more: OpOpen passes a chunk's open data file (and
+// its O_DIRECT twin) with its checksum table, which the client reads and
+// verifies itself; OpCreate passes a new temp file for a chunk, which the
+// client writes, and the OpCommit that follows on the connection carries
+// the client's checksum table of it.
+//
+// The package imports no other Shoal package but internal/errs,
+// internal/wire and internal/checksum: a server is given a Handler, and
+// the client knows nothing of OSTs beyond their data addresses.
 package datanet
 
 import (
