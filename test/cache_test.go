@@ -76,6 +76,22 @@ func readFileT(t *testing.T, p string) []byte {
 	return b
 }
 
+// settled returns the value of counter name of cm once it has not moved
+// for 100 ms (the cache's background fills written), waiting up to 10 s.
+func settled(t *testing.T, cm *cachedMount, name string) float64 {
+	t.Helper()
+	v := cm.metric(t, name)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		w := cm.metric(t, name)
+		if w == v {
+			return v
+		}
+		v = w
+	}
+	return v
+}
+
 // TestCacheStaleness: a file changed by another client is never read from
 // the cache after its next open here, and a write through the cached
 // mount itself is never hidden by the cache (write-through).
@@ -90,6 +106,11 @@ func TestCacheStaleness(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, "first read (fills)", readFileT(t, pa), v1)
+	// Fills are written by background writers after the read's reply
+	// (client/cache/fill.go): wait for them.
+	for deadline := time.Now().Add(10 * time.Second); cm.metric(t, "shoal_client_cache_fills_total") < 4 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if f := cm.metric(t, "shoal_client_cache_fills_total"); f != 4 {
 		t.Errorf("fills after the first read: %v, want 4", f)
 	}
@@ -208,7 +229,7 @@ func TestCacheEviction(t *testing.T) {
 	if e := cm.metric(t, "shoal_client_cache_evictions_total"); e < 3 {
 		t.Errorf("evictions: %v, want at least 3", e)
 	}
-	fills := cm.metric(t, "shoal_client_cache_fills_total")
+	fills := settled(t, cm, "shoal_client_cache_fills_total") // background fills done
 	mustEqual(t, "most recent file", readFileT(t, filepath.Join(cm.dir, "f5")), vs[5])
 	if f := cm.metric(t, "shoal_client_cache_fills_total"); f != fills {
 		t.Errorf("the most recently used file was filled again (%v fills, was %v)", f, fills)
