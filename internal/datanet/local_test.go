@@ -457,3 +457,35 @@ func TestLocalWriteByFile(t *testing.T) {
 		t.Errorf("a commit without a create: %+v, %v", r, err)
 	}
 }
+
+// TestLocalOpensOnce: readers of one chunk at once share its open.
+func TestLocalOpensOnce(t *testing.T) {
+	h := newFileHandler(t)
+	tcp, _ := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	ctx := context.Background()
+	data := randBytes(8*testBlock, 8)
+	if err := newLocalClient(t).Write(ctx, addr, 4, 0, nil, [][]byte{data}); err != nil {
+		t.Fatal(err)
+	}
+	c := newLocalClient(t)
+	errc := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			buf := make([]byte, testBlock)
+			err := c.Read(ctx, addr, 4, 0, nil, uint64(i*testBlock), [][]byte{buf})
+			if err == nil && string(buf) != string(data[i*testBlock:(i+1)*testBlock]) {
+				err = fmt.Errorf("block %d: wrong bytes", i)
+			}
+			errc <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.opens.Load(); n != 1 {
+		t.Errorf("%d opens of one chunk by 8 readers at once, want 1", n)
+	}
+}

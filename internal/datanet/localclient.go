@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/internal/checksum"
@@ -118,6 +119,7 @@ type localState struct {
 	files   map[chunkKey]*localFile
 	lru     list.List                // of *localFile
 	watches map[string]*net.UnixConn // by server address
+	opens   singleflight.Group       // OpOpens in flight, by chunk
 }
 
 func (s *localState) init() {
@@ -315,24 +317,20 @@ func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst []
 	k := chunkKey{addr: addr, extent: req.Extent, index: req.Index}
 	lf := c.local.file(k)
 	if lf == nil {
-		var out openedChunk
-		err := c.do(ctx, addr, Request{Op: OpOpen, Extent: req.Extent, Index: req.Index, Cap: req.Cap}, nil, nil, true, &out)
+		// One open of a chunk at a time: the rows fetched ahead of a
+		// reader ask for the same chunk files at once, and each open
+		// reads the chunk's sidecar, a small read queued behind the
+		// large ones.
+		v, err, _ := c.local.opens.Do(fmt.Sprintf("%s/%d/%d", addr, req.Extent, req.Index), func() (any, error) {
+			return c.openLocal(ctx, addr, k, req)
+		})
 		if errors.Is(err, errNoLocal) {
 			return err
 		}
 		if err != nil {
 			return c.readOverLocal(ctx, addr, req, dst)
 		}
-		var watch *net.UnixConn
-		if !c.local.hasWatch(addr) {
-			if cc, _, err := c.dialLocal(ctx, addr); err == nil {
-				watch = cc.c.(*net.UnixConn)
-			}
-		}
-		var kept bool
-		if lf, kept = c.local.add(k, out, watch); !kept {
-			defer lf.close()
-		}
+		lf = v.(*localFile)
 	}
 	off := req.Offset
 	for _, b := range dst {
@@ -345,6 +343,32 @@ func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst []
 	c.stats.readBytes.Add(req.Length)
 	c.stats.localRead.Add(req.Length)
 	return nil
+}
+
+// errNotKept: a chunk file was opened but could not be kept (no watch
+// connection to its server): it is closed, and the read goes through the
+// server.
+var errNotKept = errors.New("chunk file not kept")
+
+// openLocal opens chunk k through addr's local endpoint (OpOpen) and keeps
+// the file in the client's cache.
+func (c *Client) openLocal(ctx context.Context, addr string, k chunkKey, req Request) (*localFile, error) {
+	var out openedChunk
+	if err := c.do(ctx, addr, Request{Op: OpOpen, Extent: req.Extent, Index: req.Index, Cap: req.Cap}, nil, nil, true, &out); err != nil {
+		return nil, err
+	}
+	var watch *net.UnixConn
+	if !c.local.hasWatch(addr) {
+		if cc, _, err := c.dialLocal(ctx, addr); err == nil {
+			watch = cc.c.(*net.UnixConn)
+		}
+	}
+	lf, kept := c.local.add(k, out, watch)
+	if !kept {
+		lf.close()
+		return nil, errNotKept
+	}
+	return lf, nil
 }
 
 // maxLocalRun bounds one pread of whole blocks of a local chunk file
