@@ -70,7 +70,7 @@ type File struct {
 	sizeEarly bool
 	// cut counts the bytes cut into uploads; spare, smallSyncs: spare.go.
 	cut        int64
-	spare      *spareAlloc
+	spares     []*spareAlloc
 	smallSyncs int
 }
 
@@ -436,8 +436,7 @@ func (f *File) Close(ctx context.Context) error {
 	}
 	f.closed = true
 	f.cancel()
-	f.spare.drop(f.c.metrics) // unused: the MDS's GC expires it
-	f.spare = nil
+	f.dropSparesLocked()
 	f.rows.clear()
 	if rerr := f.c.releaseHandle(ctx, f.handle); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("release inode %d: %w", f.ino, rerr))
