@@ -10,7 +10,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/internal/errs"
 )
 
 // copyPool holds the piece buffers of CopyFile (pieceSize each), so that
@@ -29,19 +28,7 @@ var copyPool = sync.Pool{New: func() any { b := make([]byte, pieceSize); return 
 // shard's manifest entry and whether the bytes were checked (false for
 // a checkpoint without a manifest).
 func (s *Store) CopyFile(ctx context.Context, job string, step int64, shard string, w io.WriterAt) (*ShardEntry, bool, error) {
-	in, err := s.Stat(ctx, job, step)
-	if err != nil {
-		return nil, false, err
-	}
-	m, verified, err := s.manifestOrDescribe(ctx, in)
-	if err != nil {
-		return nil, false, err
-	}
-	e, ok := m.Shard(shard)
-	if !ok {
-		return nil, false, fmt.Errorf("ckpt: %s step %d has no shard %q: %w", job, in.Step, shard, errs.ErrNotFound)
-	}
-	f, err := s.openShard(ctx, in, e)
+	f, in, e, verified, err := s.openShardOf(ctx, job, step, shard)
 	if err != nil {
 		return nil, false, err
 	}

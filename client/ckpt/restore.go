@@ -231,6 +231,30 @@ func (s *Store) openShard(ctx context.Context, in Info, e *ShardEntry) (*client.
 	return f, nil
 }
 
+// openShardOf opens the file of one shard of job's step (step may be
+// Latest) and returns it with the checkpoint, the shard's entry and
+// whether the entry has digests to check the bytes against (false for a
+// checkpoint without a manifest). The caller closes the file.
+func (s *Store) openShardOf(ctx context.Context, job string, step int64, shard string) (*client.File, Info, *ShardEntry, bool, error) {
+	in, err := s.Stat(ctx, job, step)
+	if err != nil {
+		return nil, Info{}, nil, false, err
+	}
+	m, verified, err := s.manifestOrDescribe(ctx, in)
+	if err != nil {
+		return nil, Info{}, nil, false, err
+	}
+	e, ok := m.Shard(shard)
+	if !ok {
+		return nil, Info{}, nil, false, fmt.Errorf("ckpt: %s step %d has no shard %q: %w", job, in.Step, shard, errs.ErrNotFound)
+	}
+	f, err := s.openShard(ctx, in, e)
+	if err != nil {
+		return nil, Info{}, nil, false, err
+	}
+	return f, in, e, verified, nil
+}
+
 // checkHeader reads a safetensors shard's header (the file's first
 // DataStart bytes, returned as stored), checks its digest (when verify)
 // and that it describes the tensors the manifest lists.
@@ -408,22 +432,10 @@ func hashRange(ctx context.Context, f *client.File, off, n int64, buf []byte, pr
 
 // ReadFile returns the bytes of one shard's file as stored (step may be
 // Latest), checked against the manifest: the header and every tensor of a
-// safetensors shard, the whole of a blob. `shoal ckpt restore --to` uses
-// it to copy checkpoints out byte for byte.
+// safetensors shard, the whole of a blob. It holds the whole file in
+// memory; CopyFile streams it (`shoal ckpt restore --to`).
 func (s *Store) ReadFile(ctx context.Context, job string, step int64, shard string) ([]byte, *ShardEntry, error) {
-	in, err := s.Stat(ctx, job, step)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, verified, err := s.manifestOrDescribe(ctx, in)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, ok := m.Shard(shard)
-	if !ok {
-		return nil, nil, fmt.Errorf("ckpt: %s step %d has no shard %q: %w", job, in.Step, shard, errs.ErrNotFound)
-	}
-	f, err := s.openShard(ctx, in, e)
+	f, in, e, verified, err := s.openShardOf(ctx, job, step, shard)
 	if err != nil {
 		return nil, nil, err
 	}
