@@ -113,26 +113,7 @@ func (s *Store) SaveRank(ctx context.Context, job string, step int64, rank, worl
 		}
 	}
 	start := s.o.Now()
-	// Ranks start together: another may make the job directory between
-	// MkdirAll's lookup and its mkdir.
-	if err := s.c.MkdirAll(ctx, s.jobDir(job), dirMode); err != nil && !errors.Is(err, errs.ErrExists) {
-		return nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
-	}
-	jobAttr, err := s.c.Stat(ctx, s.jobDir(job))
-	if err != nil {
-		return nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
-	}
-	jobIno := jobAttr.Ino
-	steps, err := s.listSteps(ctx, job, jobIno, false)
-	if err != nil {
-		return nil, err
-	}
-	for _, in := range steps {
-		if in.Step == step {
-			return nil, fmt.Errorf("ckpt: %s step %d is already committed (%s): %w", job, step, in.Name, errs.ErrExists)
-		}
-	}
-	base, err := s.findBase(ctx, job, steps, step, so)
+	jobIno, base, err := s.beginSave(ctx, job, step, so)
 	if err != nil {
 		return nil, err
 	}

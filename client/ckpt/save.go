@@ -109,24 +109,7 @@ func (s *Store) Save(ctx context.Context, job string, step int64, shards []Shard
 		return nil, err
 	}
 	start := s.o.Now()
-	if err := s.c.MkdirAll(ctx, s.jobDir(job), dirMode); err != nil {
-		return nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
-	}
-	jobAttr, err := s.c.Stat(ctx, s.jobDir(job))
-	if err != nil {
-		return nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
-	}
-	jobIno := jobAttr.Ino
-	steps, err := s.listSteps(ctx, job, jobIno, false)
-	if err != nil {
-		return nil, err
-	}
-	for _, in := range steps {
-		if in.Step == step {
-			return nil, fmt.Errorf("ckpt: %s step %d is already committed (%s): %w", job, step, in.Name, errs.ErrExists)
-		}
-	}
-	base, err := s.findBase(ctx, job, steps, step, so)
+	jobIno, base, err := s.beginSave(ctx, job, step, so)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +269,34 @@ func shardSize(sh *Shard) int64 {
 		n += sz
 	}
 	return n
+}
+
+// beginSave makes job's directory (ranks that start together may make
+// it at once: MkdirAll takes one made since its lookup as made) and
+// returns its inode and the base step of a save of step (nil: none), or
+// an error when step is already committed.
+func (s *Store) beginSave(ctx context.Context, job string, step int64, so saveOpts) (uint64, *baseStep, error) {
+	if err := s.c.MkdirAll(ctx, s.jobDir(job), dirMode); err != nil {
+		return 0, nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
+	}
+	jobAttr, err := s.c.Stat(ctx, s.jobDir(job))
+	if err != nil {
+		return 0, nil, fmt.Errorf("ckpt: job directory %s: %w", s.jobDir(job), err)
+	}
+	steps, err := s.listSteps(ctx, job, jobAttr.Ino, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, in := range steps {
+		if in.Step == step {
+			return 0, nil, fmt.Errorf("ckpt: %s step %d is already committed (%s): %w", job, step, in.Name, errs.ErrExists)
+		}
+	}
+	base, err := s.findBase(ctx, job, steps, step, so)
+	if err != nil {
+		return 0, nil, err
+	}
+	return jobAttr.Ino, base, nil
 }
 
 // findBase returns the step a save of step shares with: the one named by
