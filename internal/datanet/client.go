@@ -451,11 +451,7 @@ func (c *Client) transfer(conn net.Conn, req Request, send, recv [][]byte) (keep
 		return false, fmt.Errorf("datanet: reply to %v for %v: %w", r.Op, req.Op, errs.ErrInvalid)
 	}
 	if r.Failed {
-		b := make([]byte, r.Length)
-		if _, err := io.ReadFull(conn, b); err != nil {
-			return false, &ioError{err}
-		}
-		return !r.Close, DecodeError(b)
+		return readErrorReply(conn, r)
 	}
 	if r.Compressed {
 		// DecodeReply allows it on read replies only.
@@ -497,6 +493,16 @@ func (c *Client) transfer(conn net.Conn, req Request, send, recv [][]byte) (keep
 		}
 	}
 	return !r.Close, nil
+}
+
+// readErrorReply reads the payload of the failed reply r from conn and
+// returns the error it carries, with whether the connection may be kept.
+func readErrorReply(conn net.Conn, r Reply) (keep bool, err error) {
+	b := make([]byte, r.Length)
+	if _, err := io.ReadFull(conn, b); err != nil {
+		return false, &ioError{err}
+	}
+	return !r.Close, DecodeError(b)
 }
 
 // DecodeError turns the payload of an error reply back into the typed

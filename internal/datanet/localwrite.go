@@ -150,11 +150,7 @@ func (c *Client) transferCreate(conn net.Conn, req Request, data [][]byte) (keep
 		return false, fmt.Errorf("datanet: reply to %v of %d bytes for commit: %w", r.Op, r.Length, errs.ErrInvalid)
 	}
 	if r.Failed {
-		eb := make([]byte, r.Length)
-		if _, err := io.ReadFull(conn, eb); err != nil {
-			return false, &ioError{err}
-		}
-		return !r.Close, DecodeError(eb)
+		return readErrorReply(conn, r)
 	}
 	return !r.Close, nil
 }
