@@ -117,6 +117,44 @@ func newLocalClient(t *testing.T) *Client {
 	return c
 }
 
+// writeChunk writes data, its slices one after the other, as chunk
+// extent.index at addr.
+func writeChunk(t *testing.T, c *Client, addr string, extent uint64, index uint32, data ...[]byte) {
+	t.Helper()
+	if err := c.Write(context.Background(), addr, extent, index, nil, data); err != nil {
+		t.Fatalf("write %d.%d: %v", extent, index, err)
+	}
+}
+
+// readBack reads len(want) bytes at off of chunk extent.index at addr,
+// into a buffer of its own, and fails unless they are want.
+func readBack(c *Client, addr string, extent uint64, index uint32, off int, want []byte) error {
+	buf := make([]byte, len(want))
+	if err := c.Read(context.Background(), addr, extent, index, nil, uint64(off), [][]byte{buf}); err != nil {
+		return fmt.Errorf("read %d.%d [%d, +%d): %w", extent, index, off, len(want), err)
+	}
+	if string(buf) != string(want) {
+		return fmt.Errorf("read %d.%d [%d, +%d): wrong bytes", extent, index, off, len(want))
+	}
+	return nil
+}
+
+// mustReadBack is readBack, fatal when it fails.
+func mustReadBack(t *testing.T, c *Client, addr string, extent uint64, index uint32, off int, want []byte) {
+	t.Helper()
+	if err := readBack(c, addr, extent, index, off, want); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantCalls checks how many opens (OpOpen) and reads (OpRead) reached h.
+func wantCalls(t *testing.T, h *fileHandler, opens, reads int64) {
+	t.Helper()
+	if o, r := h.opens.Load(), h.reads.Load(); o != opens || r != reads {
+		t.Errorf("%d opens, %d reads at the server; want %d and %d", o, r, opens, reads)
+	}
+}
+
 // TestLocalReadsAndWrites: a client on the server's host writes over the
 // local endpoint, reads through the file it passes (opened once, kept),
 // odd ranges and several destination slices included, and counts none
@@ -135,9 +173,7 @@ func testLocalReadsAndWrites(t *testing.T, direct bool) {
 	c := newLocalClient(t)
 	ctx := context.Background()
 	data := randBytes(2*minDirectRead+5*testBlock+123, 1)
-	if err := c.Write(ctx, addr, 7, 1, nil, [][]byte{data[:1000], data[1000:]}); err != nil {
-		t.Fatal(err)
-	}
+	writeChunk(t, c, addr, 7, 1, data[:1000], data[1000:])
 	for _, r := range [][2]int{{0, len(data)}, {1, 10}, {testBlock - 1, 2*testBlock + 7}, {3 * testBlock, len(data) - 3*testBlock}, {minDirectRead, minDirectRead}} {
 		off, n := r[0], r[1]
 		// Two aligned slices, the first a multiple of the alignment:
@@ -150,14 +186,9 @@ func testLocalReadsAndWrites(t *testing.T, direct bool) {
 			t.Fatalf("read [%d, +%d): wrong bytes", off, n)
 		}
 	}
-	if n := h.opens.Load(); n != 1 {
-		t.Errorf("%d opens for five reads of one chunk, want 1 (the file kept open)", n)
-	}
+	wantCalls(t, h, 1, 0) // five reads of one chunk, the file kept open
 	if lf := c.local.file(chunkKey{addr: addr, extent: 7, index: 1}); lf == nil || (lf.direct != nil) != direct {
 		t.Errorf("the client's file of the chunk: %+v, want an O_DIRECT twin: %v", lf, direct)
-	}
-	if n := h.reads.Load(); n != 0 {
-		t.Errorf("%d reads reached the server", n)
 	}
 	st := c.Stats()
 	if st.LocalWriteBytes != uint64(len(data)) || st.WriteWireBytes != 0 || st.ReadWireBytes != 0 || st.LocalReadBytes != st.ReadBytes || st.ReadBytes == 0 {
@@ -177,15 +208,9 @@ func TestLocalCorruptFile(t *testing.T) {
 	tcp, _ := serveWithLocal(t, h)
 	addr := tcp.Addr().String()
 	c := newLocalClient(t)
-	ctx := context.Background()
 	data := randBytes(4*testBlock, 2)
-	if err := c.Write(ctx, addr, 3, 0, nil, [][]byte{data}); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, len(data))
-	if err := c.Read(ctx, addr, 3, 0, nil, 0, [][]byte{buf}); err != nil {
-		t.Fatal(err)
-	}
+	writeChunk(t, c, addr, 3, 0, data)
+	mustReadBack(t, c, addr, 3, 0, 0, data)
 	f, err := os.OpenFile(h.path(3, 0), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -194,17 +219,12 @@ func TestLocalCorruptFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	err = c.Read(ctx, addr, 3, 0, nil, testBlock, [][]byte{buf[:testBlock]})
-	if !errors.Is(err, errs.ErrCorrupt) {
+	if err := readBack(c, addr, 3, 0, testBlock, data[testBlock:2*testBlock]); !errors.Is(err, errs.ErrCorrupt) {
 		t.Fatalf("read of a corrupt block: %v, want ErrCorrupt", err)
 	}
-	if h.reads.Load() != 1 {
-		t.Errorf("%d reads reached the server, want the 1 that reports the corruption", h.reads.Load())
-	}
+	wantCalls(t, h, 1, 1) // the read that reports the corruption
 	// The blocks around it still read.
-	if err := c.Read(ctx, addr, 3, 0, nil, 2*testBlock, [][]byte{buf[:testBlock]}); err != nil || string(buf[:testBlock]) != string(data[2*testBlock:3*testBlock]) {
-		t.Fatalf("read of a good block after: %v", err)
-	}
+	mustReadBack(t, c, addr, 3, 0, 2*testBlock, data[2*testBlock:3*testBlock])
 }
 
 // TestLocalNotAFile: a chunk the server cannot pass as a file (one in its
@@ -214,21 +234,13 @@ func TestLocalNotAFile(t *testing.T) {
 	tcp, _ := serveWithLocal(t, h)
 	addr := tcp.Addr().String()
 	c := newLocalClient(t)
-	ctx := context.Background()
 	data := randBytes(3000, 3)
-	if err := c.Write(ctx, addr, 9, 2, nil, [][]byte{data}); err != nil {
-		t.Fatal(err)
-	}
+	writeChunk(t, c, addr, 9, 2, data)
 	h.mu.Lock()
 	h.logged[9] = true
 	h.mu.Unlock()
-	buf := make([]byte, len(data))
-	if err := c.Read(ctx, addr, 9, 2, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(data) {
-		t.Fatalf("read: %v", err)
-	}
-	if h.opens.Load() != 1 || h.reads.Load() != 1 {
-		t.Errorf("%d opens, %d reads at the server; want 1 and 1", h.opens.Load(), h.reads.Load())
-	}
+	mustReadBack(t, c, addr, 9, 2, 0, data)
+	wantCalls(t, h, 1, 1)
 	if st := c.Stats(); st.ReadWireBytes != 0 || st.LocalReadBytes != uint64(len(data)) {
 		t.Errorf("stats %+v", st)
 	}
@@ -242,27 +254,17 @@ func TestLocalServerStops(t *testing.T) {
 	tcp, local := serveWithLocal(t, h)
 	addr := tcp.Addr().String()
 	c := newLocalClient(t)
-	ctx := context.Background()
 	data := randBytes(2*testBlock, 4)
-	if err := c.Write(ctx, addr, 5, 0, nil, [][]byte{data}); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, len(data))
-	if err := c.Read(ctx, addr, 5, 0, nil, 0, [][]byte{buf}); err != nil {
-		t.Fatal(err)
-	}
+	writeChunk(t, c, addr, 5, 0, data)
+	mustReadBack(t, c, addr, 5, 0, 0, data)
 	local.Close()
-	if err := c.Read(ctx, addr, 5, 0, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(data) {
-		t.Fatalf("read over TCP: %v", err)
-	}
-	if h.reads.Load() != 1 {
-		t.Errorf("%d reads reached the server after its local endpoint closed, want 1 (TCP)", h.reads.Load())
-	}
+	mustReadBack(t, c, addr, 5, 0, 0, data) // over TCP
+	wantCalls(t, h, 1, 1)                   // the open before the close, the read over TCP
 	if st := c.Stats(); st.ReadWireBytes != uint64(len(data)) {
 		t.Errorf("stats %+v: the second read not on the wire", st)
 	}
 	tcp.Close()
-	if err := c.Read(ctx, addr, 5, 0, nil, 0, [][]byte{buf}); !errors.Is(err, errs.ErrUnavailable) {
+	if err := readBack(c, addr, 5, 0, 0, data); !errors.Is(err, errs.ErrUnavailable) {
 		t.Fatalf("read with the server gone: %v, want ErrUnavailable", err)
 	}
 }
@@ -273,18 +275,12 @@ func TestLocalAbsent(t *testing.T) {
 	h := newFileHandler(t)
 	addr := serve(t, h).Addr().String()
 	c := newLocalClient(t)
-	ctx := context.Background()
 	data := randBytes(1000, 5)
-	if err := c.Write(ctx, addr, 1, 0, nil, [][]byte{data}); err != nil {
-		t.Fatal(err)
-	}
+	writeChunk(t, c, addr, 1, 0, data)
 	if c.useLocal(addr) {
 		t.Error("the client still looks for a local endpoint that was not there")
 	}
-	buf := make([]byte, len(data))
-	if err := c.Read(ctx, addr, 1, 0, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(data) {
-		t.Fatalf("read: %v", err)
-	}
+	mustReadBack(t, c, addr, 1, 0, 0, data)
 	if st := c.Stats(); st.WriteWireBytes != 1000 || st.ReadWireBytes != 1000 || st.LocalReadBytes+st.LocalWriteBytes != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -300,9 +296,7 @@ func TestOpenOverTCP(t *testing.T) {
 	if !errors.Is(err, errs.ErrNotSupported) || out.f != nil {
 		t.Fatalf("open over TCP: %v, file %v", err, out.f)
 	}
-	if h.opens.Load() != 0 {
-		t.Error("the handler was asked to open over TCP")
-	}
+	wantCalls(t, h, 0, 0) // no open over TCP
 }
 
 // TestLocalPeerCheck: the server sees this process's own user as its
@@ -416,9 +410,7 @@ func TestLocalWriteByFile(t *testing.T) {
 		{[][]byte{big[:1000], big[1000:]}, false}, // odd slices: no O_DIRECT, blocks across them
 	} {
 		idx := uint32(i)
-		if err := c.Write(ctx, addr, 11, idx, nil, tc.data); err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
+		writeChunk(t, c, addr, 11, idx, tc.data...)
 		if got := uint16(h.flags.Load()) == FlagDirect; got != tc.direct {
 			t.Errorf("write %d: FlagDirect %v, want %v", i, got, tc.direct)
 		}
@@ -426,10 +418,7 @@ func TestLocalWriteByFile(t *testing.T) {
 		if err != nil || string(got) != string(big) {
 			t.Fatalf("write %d: the chunk file holds other bytes (%v)", i, err)
 		}
-		buf := make([]byte, len(big))
-		if err := c.Read(ctx, addr, 11, idx, nil, 0, [][]byte{buf}); err != nil || string(buf) != string(big) {
-			t.Fatalf("read back %d: %v", i, err)
-		}
+		mustReadBack(t, c, addr, 11, idx, 0, big)
 	}
 	if n := h.creates.Load(); n != 2 {
 		t.Errorf("%d creates, want 2", n)
@@ -463,29 +452,17 @@ func TestLocalOpensOnce(t *testing.T) {
 	h := newFileHandler(t)
 	tcp, _ := serveWithLocal(t, h)
 	addr := tcp.Addr().String()
-	ctx := context.Background()
 	data := randBytes(8*testBlock, 8)
-	if err := newLocalClient(t).Write(ctx, addr, 4, 0, nil, [][]byte{data}); err != nil {
-		t.Fatal(err)
-	}
+	writeChunk(t, newLocalClient(t), addr, 4, 0, data)
 	c := newLocalClient(t)
 	errc := make(chan error, 8)
 	for i := range 8 {
-		go func() {
-			buf := make([]byte, testBlock)
-			err := c.Read(ctx, addr, 4, 0, nil, uint64(i*testBlock), [][]byte{buf})
-			if err == nil && string(buf) != string(data[i*testBlock:(i+1)*testBlock]) {
-				err = fmt.Errorf("block %d: wrong bytes", i)
-			}
-			errc <- err
-		}()
+		go func() { errc <- readBack(c, addr, 4, 0, i*testBlock, data[i*testBlock:(i+1)*testBlock]) }()
 	}
 	for range 8 {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := h.opens.Load(); n != 1 {
-		t.Errorf("%d opens of one chunk by 8 readers at once, want 1", n)
-	}
+	wantCalls(t, h, 1, 0) // 8 readers of one chunk at once
 }
