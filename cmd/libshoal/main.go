@@ -63,6 +63,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt"
+	"github.com/shoalfs/shoal/internal/cabi"
 )
 
 func main() {}
@@ -77,21 +78,17 @@ type handle struct {
 	pending map[int64]*pending // async saves not yet waited for
 }
 
-var handles struct {
-	sync.Mutex
-	next int64
-	m    map[int64]*handle
-}
+// handles are the open connections, by the handle shoal_open returned.
+var handles cabi.Handles[*handle]
 
 func getHandle(h C.int64_t) (*handle, error) {
-	handles.Lock()
-	defer handles.Unlock()
-	hd, ok := handles.m[int64(h)]
-	if !ok {
-		return nil, invalidf("no open handle %d (closed?)", int64(h))
+	if hd, ok := handles.Get(int64(h)); ok {
+		return hd, nil
 	}
-	return hd, nil
+	return nil, noHandle(h)
 }
+
+func noHandle(h C.int64_t) error { return invalidf("no open handle %d (closed?)", int64(h)) }
 
 // cstr returns s as a C string for the caller to shoal_free.
 func cstr(s []byte) *C.char {
@@ -167,25 +164,15 @@ func shoal_open(optsJSON *C.char, errp **C.char) (rc C.int64_t) {
 		cl.Close()
 		return fail(errp, e)
 	}
-	handles.Lock()
-	defer handles.Unlock()
-	if handles.m == nil {
-		handles.m = map[int64]*handle{}
-	}
-	handles.next++
-	handles.m[handles.next] = &handle{cl: cl, st: st, pending: map[int64]*pending{}}
-	return C.int64_t(handles.next)
+	return C.int64_t(handles.Add(&handle{cl: cl, st: st, pending: map[int64]*pending{}}))
 }
 
 //export shoal_close
 func shoal_close(h C.int64_t, errp **C.char) (rc C.int64_t) {
 	defer guard(errp, &rc)
-	handles.Lock()
-	hd, ok := handles.m[int64(h)]
-	delete(handles.m, int64(h))
-	handles.Unlock()
+	hd, ok := handles.Remove(int64(h))
 	if !ok {
-		return fail(errp, invalidf("no open handle %d (closed?)", int64(h)))
+		return fail(errp, noHandle(h))
 	}
 	hd.mu.Lock()
 	ps := hd.pending

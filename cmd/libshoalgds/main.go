@@ -74,6 +74,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/gds"
+	"github.com/shoalfs/shoal/internal/cabi"
 )
 
 func main() {}
@@ -87,21 +88,17 @@ type handle struct {
 	reg map[uintptr]*gds.Buffer // registered buffers by address
 }
 
-var handles struct {
-	sync.Mutex
-	next int64
-	m    map[int64]*handle
-}
+// handles are the open devices, by the handle shoal_gds_open returned.
+var handles cabi.Handles[*handle]
 
 func getHandle(h C.int64_t) (*handle, error) {
-	handles.Lock()
-	defer handles.Unlock()
-	hd, ok := handles.m[int64(h)]
-	if !ok {
-		return nil, fmt.Errorf("no open handle %d", int64(h))
+	if hd, ok := handles.Get(int64(h)); ok {
+		return hd, nil
 	}
-	return hd, nil
+	return nil, noHandle(h)
 }
+
+func noHandle(h C.int64_t) error { return fmt.Errorf("no open handle %d", int64(h)) }
 
 // setStr copies s, NUL-terminated and cut to fit, into buf.
 func setStr(buf *C.char, n C.int64_t, s string) {
@@ -174,24 +171,14 @@ func shoal_gds_open2(mds, backend, ostDirs *C.char, device C.int, options *C.cha
 		dev.Close()
 		return fail(err, errlen, e)
 	}
-	handles.Lock()
-	defer handles.Unlock()
-	if handles.m == nil {
-		handles.m = map[int64]*handle{}
-	}
-	handles.next++
-	handles.m[handles.next] = &handle{cl: cl, dev: dev, r: r, reg: map[uintptr]*gds.Buffer{}}
-	return C.int64_t(handles.next)
+	return C.int64_t(handles.Add(&handle{cl: cl, dev: dev, r: r, reg: map[uintptr]*gds.Buffer{}}))
 }
 
 //export shoal_gds_close
 func shoal_gds_close(h C.int64_t, err *C.char, errlen C.int64_t) C.int {
-	handles.Lock()
-	hd, ok := handles.m[int64(h)]
-	delete(handles.m, int64(h))
-	handles.Unlock()
+	hd, ok := handles.Remove(int64(h))
 	if !ok {
-		fail(err, errlen, fmt.Errorf("no open handle %d", int64(h)))
+		fail(err, errlen, noHandle(h))
 		return -1
 	}
 	e := errors.Join(hd.r.Close(), hd.dev.Close(), hd.cl.Close())
