@@ -322,6 +322,11 @@ func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst []
 		// reads the chunk's sidecar, a small read queued behind the
 		// large ones.
 		v, err, _ := c.local.opens.Do(fmt.Sprintf("%s/%d/%d", addr, req.Extent, req.Index), func() (any, error) {
+			// Another reader's open may have ended between this
+			// reader's look and its turn here.
+			if lf := c.local.file(k); lf != nil {
+				return lf, nil
+			}
 			return c.openLocal(ctx, addr, k, req)
 		})
 		if errors.Is(err, errNoLocal) {
