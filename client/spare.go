@@ -23,6 +23,9 @@ import (
 const (
 	// spareMaxLen bounds the uploads that use and ask for spares.
 	spareMaxLen = 1 << 20
+	// spareMinLen is the least length spares are asked for: the MDS's
+	// default bound of mirrored extents (mds.DefaultMirrorBelow).
+	spareMinLen = 64 << 10
 	// spareMaxAge is how old (from its request) a spare may be and still
 	// serve: well within the MDS's GC grace (2 minutes by default, 1 s
 	// in some tests), after which the allocation may be expired.
@@ -43,6 +46,7 @@ const (
 type spareAlloc struct {
 	done chan struct{} // closed when r or err is set
 	at   time.Time     // when it was asked for
+	n    int64         // the length asked for: it serves uploads up to n
 	r    *mdspb.AllocExtentsReply
 	err  error
 
@@ -55,13 +59,25 @@ type spareAlloc struct {
 // prefetchAlloc asks the MDS in the background for spareBatch extents of n
 // bytes for file ino. The goroutine ends when the call returns (ctx
 // cancelled: at once); drop waits for it.
-func (c *Client) prefetchAlloc(ctx context.Context, ino uint64, n int) *spareAlloc {
-	sp := &spareAlloc{done: make(chan struct{}), at: time.Now()}
+func (c *Client) prefetchAlloc(ctx context.Context, ino uint64, n int64) *spareAlloc {
+	sp := &spareAlloc{done: make(chan struct{}), at: time.Now(), n: spareLen(n)}
 	go func() {
 		defer close(sp.done)
-		sp.r, sp.err = c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: spareBatch, Length: uint64(n)})
+		sp.r, sp.err = c.mds.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: ino, Count: spareBatch, Length: uint64(sp.n)})
 	}()
 	return sp
+}
+
+// spareLen is the length spares are asked for after an upload of n bytes:
+// n rounded up to a power of two, at least spareMinLen. The MDS chooses an
+// extent's coding by the length it is told (mds.PlacementOptions,
+// MirrorBelow), so a spare serves only uploads up to its length.
+func spareLen(n int64) int64 {
+	l := int64(spareMinLen)
+	for l < n {
+		l *= 2
+	}
+	return l
 }
 
 // take returns an allocation of one extent of the batch, waiting for the
@@ -119,14 +135,14 @@ func (f *File) fsyncedLocked(n int64) {
 		left += spareBatch - sp.claimed
 	}
 	if left <= spareLow {
-		f.spares = append(f.spares, f.c.prefetchAlloc(f.ctx, f.ino, int(n)))
+		f.spares = append(f.spares, f.c.prefetchAlloc(f.ctx, f.ino, n))
 	}
 }
 
-// takeSpareLocked claims a spare of the file's oldest batch, if any, for
-// an upload of n bytes. f.mu is held exclusively.
+// takeSpareLocked claims a spare of the file's oldest batch, if any and
+// long enough, for an upload of n bytes. f.mu is held exclusively.
 func (f *File) takeSpareLocked(n int64) *spareAlloc {
-	if n > spareMaxLen || len(f.spares) == 0 {
+	if len(f.spares) == 0 || n > f.spares[0].n {
 		return nil
 	}
 	sp := f.spares[0]

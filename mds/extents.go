@@ -195,7 +195,8 @@ func (t *txn) fileData(cl caller, ino uint64, want uint32, op string) (*mdspb.In
 }
 
 // AllocExtents hands out count new extents for file ino, each with the
-// file's layout and a placement on distinct live OSTs not in
+// file's layout (with k = 1 for extents of at most Placement.MirrorBelow
+// bytes) and a placement on distinct live OSTs not in
 // exclude_osts that have room for its chunks: k+m of them, or as few as
 // Placement.minChunks when no more can take a chunk (the other parity
 // slots are 0, unplaced: a narrow extent, widened later by the MDS).
@@ -220,6 +221,7 @@ func (s *Server) handleAllocExtents(ctx context.Context, req *mdspb.AllocExtents
 		if layout == nil {
 			layout = s.o.DefaultLayout
 		}
+		layout = s.o.Placement.extentLayout(layout, req.GetLength())
 		cands, excluded := s.candidates(req.GetExcludeOsts())
 		pr := placeRequest{layout: layout, chunk: chunkBytes(layout, req.GetLength()),
 			minChunks: s.o.Placement.minChunks(layout), fullRatio: s.o.Placement.FullRatio, excluded: excluded}

@@ -328,3 +328,48 @@ func TestCheckInvariantsDetects(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestMirrorSmallExtents: an extent AllocExtents is told is small (at most
+// Placement.MirrorBelow) is coded k=1 with the layout's m, on 1+m OSTs;
+// longer ones, and those of unknown length, keep the file's layout; a
+// negative MirrorBelow turns it off.
+func TestMirrorSmallExtents(t *testing.T) {
+	for _, tc := range []struct {
+		below  int64
+		length uint64
+		k      uint32
+	}{
+		{0, 4096, 1},
+		{0, DefaultMirrorBelow, 1},
+		{0, DefaultMirrorBelow + 1, 4},
+		{0, 0, 4},
+		{0, 16 * mib, 4},
+		{-1, 4096, 4},
+		{1 * mib, 1 * mib, 1},
+	} {
+		t.Run(fmt.Sprintf("below=%d/len=%d", tc.below, tc.length), func(t *testing.T) {
+			o := testOptions(t)
+			o.Placement.MirrorBelow = tc.below
+			e := startEnv(t, o, newClock())
+			e.registerOsts(6)
+			f := e.create(rootIno, "f")
+			r, err := e.c.AllocExtents(ctx, &mdspb.AllocExtentsRequest{Ino: f.Ino, Count: 2, Length: tc.length})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range r.GetExtents() {
+				l := x.GetLayout()
+				if l.GetK() != tc.k || l.GetM() != 2 || len(x.GetOsts()) != int(tc.k+2) {
+					t.Fatalf("extent %v: layout %v on %d OSTs, want k=%d m=2 on %d", x.GetId(), l, len(x.GetOsts()), tc.k, tc.k+2)
+				}
+			}
+			if want := uint32(tc.k); r.GetMinChunks() != want {
+				t.Fatalf("min chunks %d, want %d", r.GetMinChunks(), want)
+			}
+			// The file keeps its own layout.
+			if l := e.getattr(f.Ino).GetLayout(); l.GetK() != 4 {
+				t.Fatalf("file layout %v changed", l)
+			}
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/shoalfs/shoal/internal/errs"
 	"github.com/shoalfs/shoal/internal/layout"
 	"github.com/shoalfs/shoal/mds/mdspb"
@@ -27,12 +29,24 @@ type PlacementOptions struct {
 	// FullRatio of used capacity beyond which placement puts no chunk on
 	// an OST, which is then reported full; default 0.95.
 	FullRatio float64
+	// MirrorBelow: an extent that AllocExtents is told is at most this
+	// many bytes long is coded with k = 1, one data chunk and the
+	// layout's m parity chunks, which are copies of it: as many OST
+	// losses survived as with k data chunks, in 1+m chunk writes (and
+	// syncs) instead of k+m, and read from one chunk instead of k. A 4
+	// KiB write and fsync, a small file, a mapped page's msync. It costs
+	// (1+m)/(k+m)*k times the space of those small extents only.
+	// 0: DefaultMirrorBelow; negative: never.
+	MirrorBelow int64
 }
 
 // Defaults of PlacementOptions.
 const (
 	DefaultNearFullRatio = 0.90
 	DefaultFullRatio     = 0.95
+	// DefaultMirrorBelow is the OSTs' chunk log's bound (ost/chunklog.go):
+	// mirrored chunks of a small extent still go through the log.
+	DefaultMirrorBelow = 64 << 10
 )
 
 func (o *PlacementOptions) setDefaults() error {
@@ -41,6 +55,9 @@ func (o *PlacementOptions) setDefaults() error {
 	}
 	if o.FullRatio == 0 {
 		o.FullRatio = DefaultFullRatio
+	}
+	if o.MirrorBelow == 0 {
+		o.MirrorBelow = DefaultMirrorBelow
 	}
 	switch {
 	case o.MinParity < 0:
@@ -57,6 +74,18 @@ func (o *PlacementOptions) setDefaults() error {
 // and durable for it to be written.
 func (o *PlacementOptions) minChunks(l *mdspb.Layout) int {
 	return int(l.GetK()) + min(o.MinParity, int(l.GetM()))
+}
+
+// extentLayout is the layout of a new extent of length bytes of a file of
+// layout l: l, or l with k = 1 for a small extent (MirrorBelow). length 0
+// (not told) is not small.
+func (o *PlacementOptions) extentLayout(l *mdspb.Layout, length uint64) *mdspb.Layout {
+	if length == 0 || o.MirrorBelow < 0 || length > uint64(o.MirrorBelow) || l.GetK() <= 1 {
+		return l
+	}
+	m := proto.Clone(l).(*mdspb.Layout)
+	m.K = 1
+	return m
 }
 
 // candidate is one OST that could take a chunk, as placement sees it.

@@ -251,8 +251,10 @@ func testWritesWhileOSTsDown(t *testing.T, seed uint64) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, e := range placements(t, cl, c, files) {
-		if slices.Contains(e.GetOsts(), 0) || len(e.GetOsts()) != 6 {
-			t.Fatalf("extent %d not widened: %v", e.GetId(), e.GetOsts())
+		// k+m of the extent's own layout: RS 4+2, or 1+2 for a small
+		// extent the MDS mirrored (a file's tail).
+		if l := e.GetLayout(); slices.Contains(e.GetOsts(), 0) || len(e.GetOsts()) != int(l.GetK()+l.GetM()) || l.GetM() != 2 {
+			t.Fatalf("extent %d (k=%d m=%d) not widened: %v", e.GetId(), l.GetK(), l.GetM(), e.GetOsts())
 		}
 	}
 	verifyFiles(t, c, files)

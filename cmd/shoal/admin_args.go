@@ -155,7 +155,7 @@ func fitErr(ctx context.Context, c *client.Client, l client.Layout) (refuse, nar
 	need := int(l.K) + min(r.MinParity, int(l.M))
 	switch {
 	case need > n:
-		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there", l.K, l.M, need, r.MinParity, n), nil
+		return fmt.Errorf("k=%d m=%d: a write needs %d OSTs (k + min-parity %d), and the cluster has %d (shoal admin osts): no file could be written there beyond the small ones the MDS mirrors (--mirror-below)", l.K, l.M, need, r.MinParity, n), nil
 	case w > n:
 		return nil, fmt.Errorf("k=%d m=%d: an extent of this layout needs %d OSTs, and the cluster has %d (shoal admin osts): its files are written narrow, with %d parity chunks, until there are enough", l.K, l.M, w, n, n-int(l.K))
 	}

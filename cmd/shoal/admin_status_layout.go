@@ -49,7 +49,7 @@ func (rep *statusReport) judgeLayouts() {
 	osts := rep.Data.Osts
 	for _, l := range rep.Data.Layouts {
 		if l.Unplaceable {
-			rep.warn = append(rep.warn, fmt.Sprintf("directory %s has layout k=%d m=%d: a write needs %d OSTs and %d are registered, so no new file there can be written (shoal admin setstripe %s with k+m at most %d, or add OSTs)",
+			rep.warn = append(rep.warn, fmt.Sprintf("directory %s has layout k=%d m=%d: a write needs %d OSTs and %d are registered, so no new file there can be written beyond the small ones the MDS mirrors (shoal admin setstripe %s with k+m at most %d, or add OSTs)",
 				l.name(), l.K, l.M, l.Need, osts, l.name(), osts))
 			continue
 		}

@@ -13,9 +13,10 @@ import (
 )
 
 type placementFlags struct {
-	minParity int
-	nearFull  float64
-	full      float64
+	minParity   int
+	nearFull    float64
+	full        float64
+	mirrorBelow string
 }
 
 func addPlacementFlags(cmd *cobra.Command, f *placementFlags) {
@@ -23,10 +24,17 @@ func addPlacementFlags(cmd *cobra.Command, f *placementFlags) {
 	fs.IntVar(&f.minParity, "min-parity", 0, "parity chunks an extent must have written for a write to go on while OSTs are down or full (Ceph's min_size is k + this); 0: writes go on with k OSTs, without redundancy until the MDS widens them")
 	fs.Float64Var(&f.nearFull, "nearfull-ratio", mds.DefaultNearFullRatio, "used fraction of an OST's capacity at which status warns that it is near full")
 	fs.Float64Var(&f.full, "full-ratio", mds.DefaultFullRatio, "used fraction of an OST's capacity beyond which no chunk is placed there (status: full)")
+	fs.StringVar(&f.mirrorBelow, "mirror-below", "64KiB", "extents of at most this size (a small write and fsync, a small file) are coded with k=1: one data chunk and the layout's m parity copies, as many OST losses survived in fewer chunk writes and reads, for more space; 0: never")
 }
 
 func (f *placementFlags) options() mds.PlacementOptions {
-	return mds.PlacementOptions{MinParity: f.minParity, NearFullRatio: f.nearFull, FullRatio: f.full}
+	o := mds.PlacementOptions{MinParity: f.minParity, NearFullRatio: f.nearFull, FullRatio: f.full}
+	if n, err := parseBytes(f.mirrorBelow); err == nil && n > 0 {
+		o.MirrorBelow = int64(min(n, 1<<40))
+	} else if err == nil {
+		o.MirrorBelow = -1
+	}
+	return o
 }
 
 // placementChecks validates the placement keys.
@@ -35,6 +43,9 @@ func placementChecks(cmd *cobra.Command, _ []string) []string {
 	fs := cmd.Flags()
 	if n, err := fs.GetInt("min-parity"); err == nil && n < 0 {
 		p = append(p, fmt.Sprintf("min-parity: %d is negative", n))
+	}
+	if _, err := parseBytes(flagString(cmd, "mirror-below")); err != nil {
+		p = append(p, "mirror-below: "+err.Error())
 	}
 	near, _ := fs.GetFloat64("nearfull-ratio")
 	full, _ := fs.GetFloat64("full-ratio")

@@ -84,16 +84,16 @@ func TestPlacementFlags(t *testing.T) {
 	if _, p := parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks); len(p) > 0 {
 		t.Fatalf("defaults: %v", p)
 	}
-	if o, want := f.options(), (mds.PlacementOptions{NearFullRatio: mds.DefaultNearFullRatio, FullRatio: mds.DefaultFullRatio}); o != want {
+	if o, want := f.options(), (mds.PlacementOptions{NearFullRatio: mds.DefaultNearFullRatio, FullRatio: mds.DefaultFullRatio, MirrorBelow: mds.DefaultMirrorBelow}); o != want {
 		t.Errorf("defaults: %+v, want %+v", o, want)
 	}
-	_, p := parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks, "--min-parity", "1", "--nearfull-ratio", "0.8", "--full-ratio", "0.9")
-	if o, want := f.options(), (mds.PlacementOptions{MinParity: 1, NearFullRatio: 0.8, FullRatio: 0.9}); len(p) > 0 || o != want {
+	_, p := parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks, "--min-parity", "1", "--nearfull-ratio", "0.8", "--full-ratio", "0.9", "--mirror-below", "0")
+	if o, want := f.options(), (mds.PlacementOptions{MinParity: 1, NearFullRatio: 0.8, FullRatio: 0.9, MirrorBelow: -1}); len(p) > 0 || o != want {
 		t.Errorf("set: %+v %v, want %+v", o, p, want)
 	}
-	_, p = parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks, "--min-parity", "-1", "--nearfull-ratio", "0", "--full-ratio", "1.5")
-	if len(p) != 3 {
-		t.Errorf("bad values: %q, want 3 problems", p)
+	_, p = parse(func(c *cobra.Command) { addPlacementFlags(c, &f) }, placementChecks, "--min-parity", "-1", "--nearfull-ratio", "0", "--full-ratio", "1.5", "--mirror-below", "small")
+	if len(p) != 4 {
+		t.Errorf("bad values: %q, want 4 problems", p)
 	}
 	var capacity string
 	if _, p := parse(func(c *cobra.Command) { capacityFlag(c, &capacity) }, capacityCheck, "--capacity", "lots"); len(p) != 1 {
