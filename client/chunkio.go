@@ -264,6 +264,10 @@ func (c *Client) readChunk(ctx context.Context, ext *mdspb.Extent, j int, off in
 	// No wait for an OST that cannot be reached: parity stands in
 	// (readRows waits when it cannot).
 	err := c.chunkIO(ctx, ostID, false, func(cctx context.Context, o ostpb.OstClient, daddr string) error {
+		if daddr == "" || !c.data.Local(daddr) {
+			c.load.add(ostID, 1) // balance.go
+			defer c.load.add(ostID, -1)
+		}
 		if daddr != "" {
 			return c.data.Read(cctx, daddr, ext.GetId(), uint32(j), c.ChunkCapability(cctx, ext.GetId(), capability.Read), uint64(off), dst)
 		}
@@ -305,12 +309,16 @@ func rowsLen(g layout.Geometry, r0, r1 int64) int64 {
 // readRows reads rows [r0, r1) of ext into out, which holds exactly their
 // data bytes, in extent order. The data chunks are read first, straight
 // into their places in out (padding past the data of a partial row is not
-// read). When any fails, the parity chunks are read too and the missing
-// cells are rebuilt from any k chunks. When fewer than k chunks can be
-// reached it tries again, with backoff, while at least k of the extent's
-// OSTs are counted up and for up to Options.OSTRetry (OSTs restarting;
-// retry.go).
+// read); a data chunk whose OST is much busier than a parity chunk's may
+// be read from that parity chunk instead (balance.go). When any fails, the
+// parity chunks are read too and the missing cells are rebuilt from any k
+// chunks. When fewer than k chunks can be reached it tries again, with
+// backoff, while at least k of the extent's OSTs are counted up and for up
+// to Options.OSTRetry (OSTs restarting; retry.go).
 func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) error {
+	if c.readBalanced(ctx, ext, r0, r1, out) { // balance.go
+		return nil
+	}
 	var deadline time.Time
 	final := c.opts.OSTRetry <= 0
 	for backoff := retryMinBackoff; ; backoff = min(2*backoff, retryMaxBackoff) {
@@ -338,42 +346,64 @@ func (c *Client) readRows(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, 
 	}
 }
 
+// rowSpan is where rows [r0, r1) of an extent lie: in its chunks (the
+// range [cOff, cOff+cLen) of every chunk) and in a buffer holding their
+// data bytes.
+type rowSpan struct {
+	g          layout.Geometry
+	r0, r1     int64
+	first      layout.Row
+	cOff, cLen int64
+}
+
+func spanOf(ext *mdspb.Extent, r0, r1 int64, out []byte) (rowSpan, error) {
+	g, err := extentGeom(ext)
+	if err != nil {
+		return rowSpan{}, err
+	}
+	if want := rowsLen(g, r0, r1); int64(len(out)) != want {
+		return rowSpan{}, fmt.Errorf("extent %d rows [%d, %d): buffer of %d bytes for %d: %w", ext.GetId(), r0, r1, len(out), want, errs.ErrInvalid)
+	}
+	first, last := g.Row(r0), g.Row(r1-1)
+	return rowSpan{g: g, r0: r0, r1: r1, first: first, cOff: first.ChunkOff, cLen: last.ChunkOff + last.Cell - first.ChunkOff}, nil
+}
+
+// cellIn returns where cell j of row lies in the buffer, and how many of
+// its bytes are data (the rest of a partial row's cell is padding).
+func (sp rowSpan) cellIn(row layout.Row, j int) (start, n int64) {
+	start = row.DataOff - sp.first.DataOff + int64(j)*row.Cell
+	n = min(max(row.DataLen-int64(j)*row.Cell, 0), row.Cell)
+	return start, n
+}
+
+// dataDst is where data chunk j's bytes of the span go in out. Only the
+// last row can be partial, so they are a prefix of its range.
+func (sp rowSpan) dataDst(out []byte, j int) [][]byte {
+	var dst [][]byte
+	for r := sp.r0; r < sp.r1; r++ {
+		if s, n := sp.cellIn(sp.g.Row(r), j); n > 0 {
+			dst = append(dst, out[s:s+n])
+		}
+	}
+	return dst
+}
+
 // readRowsOnce is one try of readRows; only the final one logs a failure
 // for too few chunks.
 func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte, final bool) error {
-	g, err := extentGeom(ext)
+	sp, err := spanOf(ext, r0, r1, out)
 	if err != nil {
 		return err
 	}
-	if want := rowsLen(g, r0, r1); int64(len(out)) != want {
-		return fmt.Errorf("extent %d rows [%d, %d): buffer of %d bytes for %d: %w", ext.GetId(), r0, r1, len(out), want, errs.ErrInvalid)
-	}
-	lo := g.Layout
-	first, last := g.Row(r0), g.Row(r1-1)
-	cOff := first.ChunkOff
-	cLen := last.ChunkOff + last.Cell - cOff
-	// cellIn returns where cell j of row lies in out, and how many of its
-	// bytes are data (the rest of a partial row's cell is padding).
-	cellIn := func(row layout.Row, j int) (start, n int64) {
-		start = row.DataOff - first.DataOff + int64(j)*row.Cell
-		n = min(max(row.DataLen-int64(j)*row.Cell, 0), row.Cell)
-		return start, n
-	}
+	lo := sp.g.Layout
 	errsByChunk := make([]error, lo.Shards())
 	var wg sync.WaitGroup
 	for j := 0; j < lo.K; j++ {
-		// Only the last row can be partial, so the data of chunk j is a
-		// prefix of its range [cOff, cOff+cLen).
-		var dst [][]byte
-		for r := r0; r < r1; r++ {
-			if s, n := cellIn(g.Row(r), j); n > 0 {
-				dst = append(dst, out[s:s+n])
-			}
-		}
+		dst := sp.dataDst(out, j)
 		if len(dst) == 0 {
 			continue
 		}
-		wg.Go(func() { errsByChunk[j] = c.readChunk(ctx, ext, j, cOff, dst) })
+		wg.Go(func() { errsByChunk[j] = c.readChunk(ctx, ext, j, sp.cOff, dst) })
 	}
 	wg.Wait()
 	var bad []int
@@ -392,9 +422,9 @@ func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int
 	c.metrics.degradedReads.Inc()
 	parity := make([][]byte, lo.M)
 	for i := range parity {
-		parity[i] = c.bufs.Get(int(cLen))
+		parity[i] = c.bufs.Get(int(sp.cLen))
 		defer c.bufs.Put(parity[i])
-		wg.Go(func() { errsByChunk[lo.K+i] = c.readChunk(ctx, ext, lo.K+i, cOff, [][]byte{parity[i]}) })
+		wg.Go(func() { errsByChunk[lo.K+i] = c.readChunk(ctx, ext, lo.K+i, sp.cOff, [][]byte{parity[i]}) })
 	}
 	wg.Wait()
 	present := 0
@@ -416,22 +446,34 @@ func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int
 		}
 		return err
 	}
+	have := make([]bool, lo.Shards())
+	for j, e := range errsByChunk {
+		have[j] = e == nil
+	}
+	return c.rebuildRows(ext, sp, out, parity, have, bad)
+}
+
+// rebuildRows fills the cells of the data chunks missing (in out, as
+// readRows lays it out) from the chunks that have (data in out, parity
+// j in parity[j-k]), at least k of them.
+func (c *Client) rebuildRows(ext *mdspb.Extent, sp rowSpan, out []byte, parity [][]byte, have []bool, missing []int) error {
+	lo := sp.g.Layout
 	coder, err := c.coder(lo)
 	if err != nil {
 		return err
 	}
 	cells := make([][]byte, lo.Shards())
-	for r := r0; r < r1; r++ {
-		row := g.Row(r)
-		rel := row.ChunkOff - cOff
+	for r := sp.r0; r < sp.r1; r++ {
+		row := sp.g.Row(r)
+		rel := row.ChunkOff - sp.cOff
 		for j := range cells {
 			cells[j] = nil
 			switch {
-			case errsByChunk[j] != nil:
+			case !have[j]:
 			case j >= lo.K:
 				cells[j] = parity[j-lo.K][rel : rel+row.Cell]
 			default:
-				s, n := cellIn(row, j)
+				s, n := sp.cellIn(row, j)
 				if n == row.Cell {
 					cells[j] = out[s : s+n]
 					break
@@ -451,8 +493,8 @@ func (c *Client) readRowsOnce(ctx context.Context, ext *mdspb.Extent, r0, r1 int
 		if err := coder.ReconstructData(cells); err != nil {
 			return fmt.Errorf("extent %d row %d: %w", ext.GetId(), r, err)
 		}
-		for _, j := range bad {
-			if s, n := cellIn(row, j); n > 0 {
+		for _, j := range missing {
+			if s, n := sp.cellIn(row, j); n > 0 {
 				copy(out[s:s+n], cells[j])
 			}
 		}

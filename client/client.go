@@ -217,6 +217,7 @@ type Client struct {
 	mdsConn *wire.GroupConn
 	mds     mdspb.MdsClient
 	metrics *metrics
+	load    ostLoad // chunk reads in flight over the network (balance.go)
 	// dirs: directory attributes from the answers to this client's own
 	// namespace changes (dirattrs.go).
 	dirs dirAttrs

@@ -10,6 +10,9 @@ type metrics struct {
 	readBytes     prometheus.Counter
 	writeBytes    prometheus.Counter
 	degradedReads prometheus.Counter
+	// balancedReads counts data chunk reads taken from a parity chunk on
+	// a less busy OST (balance.go).
+	balancedReads prometheus.Counter
 	chunkErrors   *prometheus.CounterVec
 	// Extent compression (compress.go): logical bytes of extents stored
 	// compressed or raw for want of a saving, and the stored bytes of the
@@ -50,6 +53,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_write_bytes_total", Help: "File bytes committed by writes."}),
 		degradedReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_degraded_reads_total", Help: "Rows rebuilt from parity because a data chunk failed."}),
+		balancedReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_balanced_reads_total", Help: "Data chunk reads served from a parity chunk on a less busy OST instead (reads over the network)."}),
 		chunkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_client_chunk_errors_total", Help: "Failed chunk calls by operation."}, []string{"op"}),
 		compressIn: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_lookups_batched_total", Help: "Lookups sent to the MDS in a LookupMany call with others made at the same time."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped, m.spares, m.lookupsBatched)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.balancedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped, m.spares, m.lookupsBatched)
 	}
 	return m
 }

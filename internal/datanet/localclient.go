@@ -274,6 +274,10 @@ func peerOpen(c *net.UnixConn) bool {
 }
 
 // useLocal reports whether a request for addr tries its local endpoint.
+// Local reports whether chunk reads from addr go through its local
+// endpoint: short-circuit on, and addr not found without one.
+func (c *Client) Local(addr string) bool { return c.useLocal(addr) }
+
 func (c *Client) useLocal(addr string) bool {
 	if !c.opts.ShortCircuit {
 		return false
