@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -17,7 +16,6 @@ import (
 // read fails with ErrUnavailable and no bytes.
 func TestMirroredSmallExtents(t *testing.T) {
 	cl := cluster.Start(t, cluster.Options{})
-	ctx := context.Background()
 	c := cl.Client()
 	sizes := map[string]int{"/4k": 4096, "/60k": 60 << 10, "/64k": 64 << 10, "/100k": 100 << 10}
 	files := map[string][]byte{}
@@ -27,18 +25,11 @@ func TestMirroredSmallExtents(t *testing.T) {
 	}
 	osts := func(name string) []uint32 {
 		t.Helper()
-		a, err := c.Stat(ctx, name)
-		if err != nil {
-			t.Fatal(err)
+		refs := extentsOf(t, cl, c, name) // compress_test.go
+		if len(refs) != 1 {
+			t.Fatalf("%s: %d extents, want 1", name, len(refs))
 		}
-		r, err := cl.MDSStub(c).GetExtents(ctx, mdsGetExtents(a.Ino))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(r.GetExtents()) != 1 {
-			t.Fatalf("%s: %d extents, want 1", name, len(r.GetExtents()))
-		}
-		ext := r.GetExtents()[0].GetExtent()
+		ext := refs[0].GetExtent()
 		k, m := ext.GetLayout().GetK(), ext.GetLayout().GetM()
 		want := uint32(1)
 		if sizes[name] > 64<<10 {
