@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
@@ -30,11 +31,18 @@ const balanceSlack = 1
 
 // ostLoad counts a client's chunk reads in flight over the network, by OST.
 type ostLoad struct {
-	mu sync.Mutex
-	n  map[uint32]int
+	mu   sync.Mutex
+	n    map[uint32]int
+	seen atomic.Bool // a chunk was read over the network
 }
 
+// network reports whether the client has read a chunk over the network.
+func (l *ostLoad) network() bool { return l.seen.Load() }
+
 func (l *ostLoad) add(id uint32, d int) {
+	if d > 0 && !l.seen.Load() {
+		l.seen.Store(true)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == nil {

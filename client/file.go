@@ -530,10 +530,20 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return f.c.readExact(ctx, r.GetExtent(), eoff, dst)
 		})
 	}
+	// Over the network, a read at the start of a file starts the
+	// read-ahead at once: nothing is in flight yet, and a reader of many
+	// files (a data loader) would otherwise begin each with only this
+	// read's rows, from k OSTs (docs/scale.md). Otherwise the read-ahead
+	// starts after the read, whose rows the fetches ahead would queue
+	// before on a shared disk (one host: 12% slower single streams).
+	early := seq && off == 0 && f.c.load.network() // balance.go
+	if early {
+		f.readAheadLocked(end)
+	}
 	if err := eg.Wait(); err != nil {
 		return 0, fmt.Errorf("read inode %d at %d: %w", f.ino, off, err)
 	}
-	if seq {
+	if seq && !early {
 		f.readAheadLocked(end)
 	}
 	for _, u := range f.inflight {
