@@ -94,9 +94,23 @@ func (c *Client) mdsCapInterceptor(ctx context.Context, method string, req, repl
 	if c.opts.User != nil && !wireHasUser(ctx) {
 		ctx = withUser(ctx, *c.opts.User)
 	}
+	if ino, ok := contentChange(req); ok && !c.leases.off {
+		// This client's own inode lease ends before its change reaches
+		// the MDS, which therefore need not recall it: the change names
+		// the session (contentlease.go).
+		c.leases.dropFile(ino)
+		ctx = c.sessionCtx(ctx)
+	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if err != nil {
 		return err
+	}
+	if r, ok := req.(*mdspb.SetAttrRequest); ok && r.GetValid() == uint32(mdspb.SetAttrBits_SETATTR_ATIME_READ) {
+		// A relatime update leaves this client's lease on the file be
+		// (mds/intercept.go): its attributes are the answer's.
+		if a, ok := reply.(*mdspb.AttrReply); ok {
+			c.leases.readTimeSet(r.GetIno(), a.GetAttr())
+		}
 	}
 	c.recordCaps(req, reply)
 	return nil
@@ -174,4 +188,31 @@ func (c *Client) capFor(ctx context.Context, extent uint64, access capability.Ac
 // it themselves (the data path, internal/datanet).
 func (c *Client) ChunkCapability(ctx context.Context, extent uint64, access capability.Access) []byte {
 	return c.capFor(ctx, extent, access)
+}
+
+// contentChange returns the inode whose attributes or contents req may
+// change (the MDS recalls inode leases for them: mds/intercept.go), but
+// for a relatime update, which leaves this client's own lease be.
+func contentChange(req any) (uint64, bool) {
+	switch r := req.(type) {
+	case *mdspb.CommitExtentsRequest:
+		return r.GetIno(), true
+	case *mdspb.SetAttrRequest:
+		return r.GetIno(), r.GetValid() != uint32(mdspb.SetAttrBits_SETATTR_ATIME_READ)
+	case *mdspb.SetXattrRequest:
+		return r.GetIno(), true
+	case *mdspb.RemoveXattrRequest:
+		return r.GetIno(), true
+	case *mdspb.LinkRequest:
+		return r.GetIno(), true
+	case *mdspb.FallocateRequest:
+		return r.GetIno(), true
+	case *mdspb.CloneExtentsRequest:
+		return r.GetDstIno(), true
+	case *mdspb.SetLayoutRequest:
+		return r.GetIno(), true
+	case *mdspb.MigrateCommitRequest:
+		return r.GetSrcIno(), true
+	}
+	return 0, false
 }

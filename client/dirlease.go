@@ -25,9 +25,10 @@ import (
 // change to D's entries by any other client. While the lease runs, a
 // lookup of a name not in the list is answered here (ENOENT) without a
 // round trip: the kernel's LOOKUP before every create and rename target.
-// Names in the list are still looked up at the MDS (their attributes are
-// not leased). The client's own changes keep the list up to date from
-// their answers.
+// A name in the list is answered here too when the client holds an inode
+// lease on the inode it stands for (contentlease.go); otherwise it is
+// looked up at the MDS. The client's own changes keep the list (names
+// and, where known, their inodes) up to date from their answers.
 //
 // What keeps the list exact:
 //   - The MDS refuses a grant while a change to D is in flight, and one
@@ -67,7 +68,8 @@ type dirLeases struct {
 	// more calls are started (wg.Add only under mu with renew set).
 	renew func(dir, gen, sess uint64)
 	dirs  map[uint64]*dirState
-	wg    sync.WaitGroup // LeaseDir calls in flight
+	fl    fileLeases     // content leases (contentlease.go)
+	wg    sync.WaitGroup // LeaseDir calls and releases in flight
 }
 
 // dirState is what the client knows of one directory.
@@ -79,10 +81,11 @@ type dirState struct {
 	// While asking: the edits of this client's changes answered since
 	// the request was sent, replayed on the grant (its listing may
 	// predate them); spoiled when one failed or two overlapped.
-	log      []func(uint64, map[string]struct{}) bool
+	log      []func(uint64, map[string]uint64) bool
 	spoiled  bool
 	refused  time.Time // not before then again
 	recalled uint64    // the highest gen recalled
+	found    int       // lookups the MDS answered since the last lease (leaseWorth)
 }
 
 type dirLease struct {
@@ -90,7 +93,7 @@ type dirLease struct {
 	length   time.Duration // L, as the MDS said
 	until    time.Time
 	renewing bool // a renewal in flight
-	names    map[string]struct{}
+	names    map[string]uint64
 }
 
 func (l *dirLeases) state(dir uint64) *dirState {
@@ -127,18 +130,28 @@ func (c *Client) absent(dir uint64, name string) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := l.dirs[dir]
-	if st == nil || st.lease == nil || st.inflight > 0 {
-		return false
-	}
-	ls, now := st.lease, time.Now()
-	if now.After(ls.until) {
-		st.lease = nil
+	ls, now := l.usableLocked(dir)
+	if ls == nil {
 		return false
 	}
 	l.renewLocked(dir, ls, now)
 	_, ok := ls.names[name]
 	return !ok
+}
+
+// usableLocked returns the lease on dir when it may answer lookups (it
+// runs, and no change of this client to dir is in flight), and the time.
+func (l *dirLeases) usableLocked(dir uint64) (*dirLease, time.Time) {
+	st := l.dirs[dir]
+	if st == nil || st.lease == nil || st.inflight > 0 {
+		return nil, time.Time{}
+	}
+	ls, now := st.lease, time.Now()
+	if now.After(ls.until) {
+		st.lease = nil
+		return nil, now
+	}
+	return ls, now
 }
 
 // renewLocked starts the renewal of ls, the lease on dir, in its second
@@ -212,7 +225,7 @@ func (l *dirLeases) begin(dirs ...uint64) {
 // end notes the answer of a change begun with begin: on success edit
 // runs on the leases of the directories held (nil for a directory
 // without one); on failure the leases are dropped.
-func (l *dirLeases) end(err error, edit func(dir uint64, names map[string]struct{}) bool, dirs ...uint64) {
+func (l *dirLeases) end(err error, edit func(dir uint64, names map[string]uint64) bool, dirs ...uint64) {
 	if l.off {
 		return
 	}
@@ -244,16 +257,17 @@ func (l *dirLeases) end(err error, edit func(dir uint64, names map[string]struct
 	}
 }
 
-// added and removed are end's edits of one name.
-func added(name string) func(uint64, map[string]struct{}) bool {
-	return func(_ uint64, names map[string]struct{}) bool {
-		names[name] = struct{}{}
+// added and removed are end's edits of one name; added's ino is the new
+// entry's inode (0: unknown).
+func added(name string, ino uint64) func(uint64, map[string]uint64) bool {
+	return func(_ uint64, names map[string]uint64) bool {
+		names[name] = ino
 		return true
 	}
 }
 
-func removed(name string) func(uint64, map[string]struct{}) bool {
-	return func(_ uint64, names map[string]struct{}) bool {
+func removed(name string) func(uint64, map[string]uint64) bool {
+	return func(_ uint64, names map[string]uint64) bool {
 		_, ok := names[name]
 		delete(names, name)
 		return ok
@@ -261,19 +275,31 @@ func removed(name string) func(uint64, map[string]struct{}) bool {
 }
 
 // renamed is end's edit of a rename: the old name leaves, the new one
-// comes (an exchange leaves both).
-func renamed(oldDir uint64, oldName string, newDir uint64, newName string, flags RenameFlags) func(uint64, map[string]struct{}) bool {
-	return func(dir uint64, names map[string]struct{}) bool {
+// comes (an exchange leaves both). The inode a name now stands for is
+// kept only for a rename within one directory, not an exchange (edits
+// must be idempotent: they are replayed on a listing that may already
+// have them); otherwise it becomes unknown (0).
+func renamed(oldDir uint64, oldName string, newDir uint64, newName string, flags RenameFlags) func(uint64, map[string]uint64) bool {
+	return func(dir uint64, names map[string]uint64) bool {
 		if flags&RenameExchange != 0 {
+			for _, n := range []string{oldName, newName} {
+				if _, ok := names[n]; ok && (dir == oldDir && n == oldName || dir == newDir && n == newName) {
+					names[n] = 0
+				}
+			}
 			return true
 		}
 		ok := true
+		var ino uint64
 		if dir == oldDir {
-			_, ok = names[oldName]
+			ino, ok = names[oldName]
 			delete(names, oldName)
 		}
 		if dir == newDir {
-			names[newName] = struct{}{}
+			if oldDir != newDir {
+				ino = 0
+			}
+			names[newName] = ino
 		}
 		return ok
 	}
@@ -321,9 +347,9 @@ func (c *Client) missed(ctx context.Context, dir uint64) {
 		if l.epoch != epoch || spoiled || r.GetGen() <= st.recalled {
 			return // overtaken; the MDS recalls it or lets it lapse
 		}
-		names := make(map[string]struct{}, len(r.GetEntries()))
+		names := make(map[string]uint64, len(r.GetEntries()))
 		for _, e := range r.GetEntries() {
-			names[e.GetName()] = struct{}{}
+			names[e.GetName()] = e.GetIno()
 		}
 		// A change answered meanwhile may have reached the MDS after the
 		// listing was read (the MDS refused a grant with one in flight):
@@ -339,11 +365,32 @@ func (c *Client) missed(ctx context.Context, dir uint64) {
 // recall drops the lease gen on dir and says so to the MDS.
 func (l *dirLeases) recall(dir, gen uint64) {
 	l.mu.Lock()
-	st := l.state(dir)
-	if st.lease != nil && st.lease.gen == gen {
-		st.lease = nil
+	if dir&contentBit != 0 {
+		if open := l.recallFileLocked(dir, gen); len(open) > 0 && l.send != nil {
+			// Open files get handles first; the release follows.
+			send := l.send
+			l.wg.Add(1)
+			l.mu.Unlock()
+			go func() {
+				defer l.wg.Done()
+				for _, f := range open {
+					ctx, cancel := context.WithTimeout(context.Background(), dirLeaseCallTimeout)
+					if err := f.EnsureHandle(ctx); err != nil {
+						f.c.log.Warn("open a leased file at the MDS before its lease goes", "ino", f.ino, "err", err)
+					}
+					cancel()
+				}
+				send([]uint64{gen})
+			}()
+			return
+		}
+	} else {
+		st := l.state(dir)
+		if st.lease != nil && st.lease.gen == gen {
+			st.lease = nil
+		}
+		st.recalled = max(st.recalled, gen)
 	}
-	st.recalled = max(st.recalled, gen)
 	send := l.send
 	l.mu.Unlock()
 	if send != nil {
@@ -364,6 +411,7 @@ func (l *dirLeases) dropAllLocked() {
 	for _, st := range l.dirs {
 		st.lease = nil
 	}
+	l.fl.files, l.fl.release = nil, nil
 }
 
 // watch keeps a Watch stream open for the client's session until ctx
@@ -375,6 +423,7 @@ func (c *Client) watch(ctx context.Context) {
 		t0 := time.Now()
 		err := c.watchOnce(ctx)
 		l.dropAll()
+		c.handleLeasedOpens(ctx) // contentlease.go
 		if ctx.Err() != nil {
 			return
 		}
@@ -418,6 +467,10 @@ func (c *Client) watchOnce(ctx context.Context) error {
 		}
 	}
 	l.mu.Unlock()
+	var renewer sync.WaitGroup
+	renewer.Go(func() { c.renewFiles(sctx, sess) })
+	defer renewer.Wait()
+	defer cancel()
 	for {
 		m, err := st.Recv()
 		if err != nil {

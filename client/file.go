@@ -37,7 +37,12 @@ type File struct {
 
 	ctx    context.Context // uploads and read-ahead; cancelled by Close
 	cancel context.CancelFunc
-	handle *handle // the open as announced to the MDS
+	// handle is the open as announced to the MDS; one with id 0 (an
+	// open under a content lease) gets one from EnsureHandle, under
+	// handleMu.
+	handle       *handle
+	handleMu     sync.Mutex
+	handleClosed bool // Close took the handle (guarded by handleMu)
 
 	lastEnd atomic.Int64 // end of the last read, for sequential detection
 	// writeNs is the time of the last WriteAt (0: none since open): the
@@ -89,17 +94,24 @@ type upload struct {
 // the file's last name keeps its data, which stays readable and writable
 // through the File.
 func (c *Client) OpenIno(ctx context.Context, ino uint64) (_ *File, err error) {
-	// One call registers the open handle and returns the extent map.
-	h, r, err := c.openHandle(ctx, ino)
+	f, _, err := c.openAt(ctx, &mdspb.OpenRequest{Ino: ino, Extents: true})
+	return f, err
+}
+
+// openAt opens a File at the MDS with req (extents set): one call
+// registers the open handle and returns the extent map.
+func (c *Client) openAt(ctx context.Context, req *mdspb.OpenRequest) (*File, *mdspb.OpenReply, error) {
+	ino := req.GetIno()
+	h, r, err := c.openHandleWith(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+		return nil, nil, fmt.Errorf("open inode %d: %w", ino, err)
 	}
 	f, err := c.newFile(ctx, ino, h, attrOf(r.GetAttr()), r.GetExtents())
 	if err != nil {
 		c.releaseHandle(ctx, h)
-		return nil, fmt.Errorf("open inode %d: %w", ino, err)
+		return nil, nil, fmt.Errorf("open inode %d: %w", ino, err)
 	}
-	return f, nil
+	return f, r, nil
 }
 
 // CreateFileIn creates the regular file name in parent as CreateIn does
@@ -110,10 +122,12 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 	id := c.sessionID()
 	req := o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive)
 	req.OpenSession = id
+	req.Lease = !c.leases.off
+	ask := c.leases.asking()
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
 	reply, err := c.mds.Create(c.changeCtx(ctx), req)
-	c.leases.end(err, added(name), parent)
+	c.leases.end(err, added(name, reply.GetAttr().GetIno()), parent)
 	c.dirs.answered(seq, parent, reply.GetParent(), err)
 	switch {
 	case errors.Is(err, errs.ErrStale):
@@ -129,6 +143,9 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 		return nil, nil, err
 	}
 	ino, a := reply.GetAttr().GetIno(), attrOf(reply.GetAttr())
+	if reply.GetCreated() {
+		c.leases.keepFile(ino, reply.GetLeaseGen(), reply.GetLeaseMs(), reply.GetAttr(), nil, ask)
+	}
 	c.sess.mu.Lock()
 	if c.sess.mu.id != id {
 		// The session was replaced during the call: the handle went with
@@ -438,7 +455,12 @@ func (f *File) Close(ctx context.Context) error {
 	f.cancel()
 	f.dropSparesLocked()
 	f.rows.clear()
-	if rerr := f.c.releaseHandle(ctx, f.handle); rerr != nil {
+	f.handleMu.Lock()
+	h := f.handle
+	f.handleClosed = true
+	f.handleMu.Unlock()
+	f.c.leases.closeLeased(f)
+	if rerr := f.c.releaseHandle(ctx, h); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("release inode %d: %w", f.ino, rerr))
 	}
 	return err
@@ -499,7 +521,8 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if f.atimeDue.Load() && f.atimeDue.CompareAndSwap(true, false) {
 		// Best effort, as a local file system's atime is: a failure here
 		// must not fail the read.
-		f.c.mds.SetAttr(ctx, &mdspb.SetAttrRequest{Ino: f.ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_ATIME_READ)})
+		// With the session: the client's own lease on the file stays.
+		f.c.mds.SetAttr(f.c.changeCtx(ctx), &mdspb.SetAttrRequest{Ino: f.ino, Valid: uint32(mdspb.SetAttrBits_SETATTR_ATIME_READ)})
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -25,6 +25,12 @@ type metrics struct {
 	// leaseLookups counts lookups answered ENOENT from a directory
 	// lease (dirlease.go).
 	leaseLookups prometheus.Counter
+	// leasedOpens counts opens answered from a content lease
+	// (contentlease.go).
+	leasedOpens prometheus.Counter
+	// leasedAttrs counts lookups and getattrs answered from inode
+	// leases (contentlease.go).
+	leasedAttrs prometheus.Counter
 	// syncsSkipped counts SyncNamespace calls answered without the MDS
 	// (namespace.go).
 	syncsSkipped prometheus.Counter
@@ -65,6 +71,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_dir_attr_hits_total", Help: "Directory attribute requests answered from the answers to this client's own namespace changes, without the MDS."}),
 		leaseLookups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_lease_lookups_total", Help: "Lookups of absent names answered from a directory lease, without the MDS."}),
+		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_leased_opens_total", Help: "Opens answered from a content lease, without the MDS."}),
+		leasedAttrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shoal_client_leased_attrs_total", Help: "Lookups and getattrs answered from inode leases, without the MDS."}),
 		syncsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shoal_client_namespace_syncs_skipped_total", Help: "Namespace syncs (fsync's barrier) answered without the MDS: no change answered early since the last one."}),
 		spares: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -73,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "shoal_client_lookups_batched_total", Help: "Lookups sent to the MDS in a LookupMany call with others made at the same time."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.balancedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.syncsSkipped, m.spares, m.lookupsBatched)
+		reg.MustRegister(m.readBytes, m.writeBytes, m.degradedReads, m.balancedReads, m.chunkErrors, m.compressIn, m.compressStored, m.dirAttrHits, m.leaseLookups, m.leasedOpens, m.leasedAttrs, m.syncsSkipped, m.spares, m.lookupsBatched)
 	}
 	return m
 }

@@ -45,15 +45,24 @@ func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (*Attr,
 		c.metrics.leaseLookups.Inc()
 		return nil, fmt.Errorf("lookup %q in %d: %w", name, parent, errs.ErrNotFound)
 	}
+	if a := c.leases.leasedEntry(parent, name); a != nil {
+		c.metrics.leasedAttrs.Inc()
+		return a, nil
+	}
 	a, err := c.lookupMDS(ctx, parent, name)
-	if errors.Is(err, errs.ErrNotFound) {
+	if errors.Is(err, errs.ErrNotFound) || err == nil && c.leases.leaseWorth(parent) {
 		c.missed(ctx, parent)
 	}
 	return attrOf(a), err
 }
 
-// GetAttr returns the attributes of ino.
+// GetAttr returns the attributes of ino: from an inode lease this client
+// holds on it (contentlease.go), or the MDS.
 func (c *Client) GetAttr(ctx context.Context, ino uint64) (*Attr, error) {
+	if a := c.leases.leasedAttr(ino); a != nil {
+		c.metrics.leasedAttrs.Inc()
+		return a, nil
+	}
 	r, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: ino})
 	return attrOf(r.GetAttr()), err
 }
@@ -96,7 +105,7 @@ func (c *Client) CreateIn(ctx context.Context, parent uint64, name string, o Cre
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
 	r, err := c.mds.Create(c.changeCtx(ctx), o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive))
-	c.leases.end(err, added(name), parent)
+	c.leases.end(err, added(name, r.GetAttr().GetIno()), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -110,7 +119,7 @@ func (c *Client) MknodIn(ctx context.Context, parent uint64, name string, o Crea
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
 	r, err := c.mds.Create(c.changeCtx(ctx), req)
-	c.leases.end(err, added(name), parent)
+	c.leases.end(err, added(name, r.GetAttr().GetIno()), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -167,7 +176,7 @@ func (c *Client) MkdirIn(ctx context.Context, parent uint64, name string, o Crea
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
 	r, err := c.mds.Mkdir(c.changeCtx(ctx), o.createRequest(parent, name, sIFDIR|o.Mode&0o7777, true))
-	c.leases.end(err, added(name), parent)
+	c.leases.end(err, added(name, r.GetAttr().GetIno()), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -178,7 +187,7 @@ func (c *Client) SymlinkIn(ctx context.Context, parent uint64, name, target stri
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
 	r, err := c.mds.Symlink(c.changeCtx(ctx), &mdspb.SymlinkRequest{Parent: parent, Name: []byte(name), Target: []byte(target), Uid: o.UID, Gid: o.GID})
-	c.leases.end(err, added(name), parent)
+	c.leases.end(err, added(name, r.GetAttr().GetIno()), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -194,7 +203,7 @@ func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
 	r, err := c.mds.Link(c.changeCtx(ctx), &mdspb.LinkRequest{Ino: ino, NewParent: parent, NewName: []byte(name)})
-	c.leases.end(err, added(name), parent)
+	c.leases.end(err, added(name, r.GetAttr().GetIno()), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return attrOf(r.GetAttr()), err
 }
@@ -203,6 +212,7 @@ func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*
 func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
+	c.leases.dropNamed(parent, name)
 	r, err := c.mds.Unlink(c.changeCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
 	c.leases.end(err, removed(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
@@ -224,6 +234,8 @@ func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error 
 func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags RenameFlags) error {
 	seq := c.dirs.begin()
 	c.leases.begin(oldParent, newParent)
+	c.leases.dropNamed(oldParent, oldName)
+	c.leases.dropNamed(newParent, newName)
 	r, err := c.mds.Rename(c.changeCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
 	c.leases.end(err, renamed(oldParent, oldName, newParent, newName, flags), oldParent, newParent)
 	c.dirs.answered(seq, oldParent, r.GetOldParent(), err)

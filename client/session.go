@@ -198,12 +198,14 @@ func (c *Client) withSession(ctx context.Context, call func(id uint64) error) er
 	return err
 }
 
-// openHandle announces an open of ino to the MDS.
-func (c *Client) openHandle(ctx context.Context, ino uint64) (*handle, *mdspb.OpenReply, error) {
+// openHandleWith announces the open req (its session is set here) to the
+// MDS.
+func (c *Client) openHandleWith(ctx context.Context, req *mdspb.OpenRequest) (*handle, *mdspb.OpenReply, error) {
+	ino := req.GetIno()
 	h := &handle{ino: ino}
 	var reply *mdspb.OpenReply
 	err := c.withSession(ctx, func(id uint64) error {
-		r, err := c.mds.Open(ctx, &mdspb.OpenRequest{Session: id, Ino: ino, Extents: true})
+		r, err := c.mds.Open(ctx, &mdspb.OpenRequest{Session: id, Ino: ino, Extents: req.GetExtents(), Lease: req.GetLease()})
 		if err != nil {
 			return err
 		}

@@ -54,6 +54,12 @@ type fileHandle struct {
 // Release is waited for, so that its buffered writes are committed before
 // it is opened again.
 func (m *Mounted) acquire(ctx context.Context, ino uint64) (*openFile, error) {
+	return m.acquireAs(ctx, ino, false)
+}
+
+// acquireAs is acquire; with leased, a file this mount does not have open
+// is opened under an inode lease (client.OpenInoLeased): for reading.
+func (m *Mounted) acquireAs(ctx context.Context, ino uint64, leased bool) (*openFile, error) {
 	for {
 		m.mu.Lock()
 		of := m.mu.files[ino]
@@ -62,7 +68,13 @@ func (m *Mounted) acquire(ctx context.Context, ino uint64) (*openFile, error) {
 			of = &openFile{ino: ino, ready: make(chan struct{}), refs: 1}
 			m.mu.files[ino] = of
 			m.mu.Unlock()
-			f, err := m.c.OpenIno(ctx, ino)
+			var f *client.File
+			var err error
+			if leased {
+				f, err = m.c.OpenInoLeased(ctx, ino)
+			} else {
+				f, err = m.c.OpenIno(ctx, ino)
+			}
 			if err != nil {
 				m.mu.Lock()
 				if m.mu.files[ino] == of {
@@ -189,9 +201,19 @@ func (m *Mounted) release(ctx context.Context, of *openFile) {
 func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	ctx = n.m.detach(ctx)
 	ino := n.ino()
-	of, err := n.m.acquire(ctx, ino)
+	// A read-only open may be answered under an inode lease, without
+	// the MDS; any other needs the MDS to know the file is open (a shared
+	// open file opened under a lease gets a handle now).
+	readOnly := flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0
+	of, err := n.m.acquireAs(ctx, ino, readOnly)
 	if err != nil {
 		return nil, 0, n.m.errno("open", ino, err)
+	}
+	if !readOnly {
+		if err := of.f.EnsureHandle(ctx); err != nil {
+			n.m.release(ctx, of)
+			return nil, 0, n.m.errno("open", ino, err)
+		}
 	}
 	// The kernel strips O_TRUNC from OPEN (go-fuse does not ask for
 	// atomic O_TRUNC) and sends a SETATTR instead, but honour it if it

@@ -254,8 +254,14 @@ func (n *node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *g
 	if errno != 0 {
 		return false, errno
 	}
-	if h := handleOf(f); h != nil && l.Kind == client.LockPOSIX && l.Type != client.LockUnlock {
-		h.of.locks.add(owner) // before the call: a close meanwhile must unlock
+	if h := handleOf(f); h != nil && l.Type != client.LockUnlock {
+		// The MDS keeps locks with the session's opens of the file.
+		if err := h.of.f.EnsureHandle(ctx); err != nil {
+			return false, n.m.errno("setlk", n.ino(), err)
+		}
+		if l.Kind == client.LockPOSIX {
+			h.of.locks.add(owner) // before the call: a close meanwhile must unlock
+		}
 	}
 	granted, _, err := n.m.c.SetLock(ctx, n.ino(), owner, l)
 	if err != nil {

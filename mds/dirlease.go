@@ -425,13 +425,24 @@ func (t *leaseTable) grantBegin(sid, dir uint64) (grantTicket, string) {
 		return grantTicket{}, why
 	}
 	d := t.dir(dir)
-	if changing, _ := d.others(sid); changing > 0 {
+	if changing, _ := d.others(changerOf(sid, dir)); changing > 0 {
 		t.tidyLocked(dir)
 		return grantTicket{}, "change in flight"
 	}
 	d.granting++
-	_, ver := d.others(sid)
+	_, ver := d.others(changerOf(sid, dir))
 	return grantTicket{dir: dir, ver: ver, epoch: t.epoch}, ""
+}
+
+// changerOf is the session whose changes of key a grant to session sid
+// may ignore: its own for a directory (the client replays them on the
+// listing), none for a file's contents (0), whose lease must not predate
+// any change.
+func changerOf(sid, key uint64) uint64 {
+	if key&contentBit != 0 {
+		return 0
+	}
+	return sid
 }
 
 // changed says whether another session than sid has a change of d in
@@ -459,7 +470,7 @@ func (t *leaseTable) grantEnd(g grantTicket, sid uint64, expiry time.Time, ok bo
 	switch {
 	case !ok:
 		return 0, ""
-	case changed(d, sid, g.ver):
+	case changed(d, changerOf(sid, g.dir), g.ver):
 		return 0, "change in flight"
 	case ls == nil || ls.w == nil:
 		return 0, "no watch stream"
@@ -504,6 +515,12 @@ func (t *leaseTable) renew(sid, dir, gen uint64, expiry time.Time) bool {
 // called once the change committed or failed, ends it. With ctx done
 // first, or the table reset, it ends the change and fails.
 func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (done func(), err error) {
+	return t.changeAs(ctx, sid, true, dirs...)
+}
+
+// changeAs is change; keepOwn as beginLocked's (false: keys a mutation
+// found as it ran, touch).
+func (t *leaseTable) changeAs(ctx context.Context, sid uint64, keepOwn bool, dirs ...uint64) (done func(), err error) {
 	if t.lease <= 0 {
 		return func() {}, nil
 	}
@@ -525,10 +542,57 @@ func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (do
 		}
 		t.mu.Lock()
 	}
+	end := t.end
+	done, waits := t.beginLocked(sid, keepOwn, dirs)
+	t.mu.Unlock()
+	for _, h := range waits {
+		if err := h.wait(ctx, end); err != nil {
+			done()
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+// touch is change for a mutation that finds the keys it changes as it
+// runs (the inode an unlink or rename removes or moves: contentlease.go),
+// called from its transaction: it does not wait. ok is false when the
+// change must wait (a restart's wait, or leases to recall: their recalls
+// are sent); the mutation then fails, and is run again after a change of
+// the same keys (leaseWaitError). Otherwise done ends the change once
+// the mutation is visible or failed.
+func (t *leaseTable) touch(sid uint64, keys ...uint64) (done func(), ok bool) {
+	if t.lease <= 0 {
+		return func() {}, true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || time.Now().Before(t.notBefore) {
+		return nil, false
+	}
+	done, waits := t.beginLocked(sid, false, keys)
+	if len(waits) > 0 {
+		t.mu.Unlock()
+		done()
+		t.mu.Lock()
+		return nil, false
+	}
+	return done, true
+}
+
+// beginLocked counts a change of dirs by session sid in flight, recalls
+// the leases on them it must wait for, and returns those and the change's
+// end. A session's own directory leases are neither recalled nor waited
+// for (the client edits its listing from the change's answer); nor, with
+// keepOwn, are its own inode leases: the keys a request names (the
+// client drops its lease before it sends a change naming the inode, or,
+// for a relatime update, takes the new attributes from the answer), but
+// not those a mutation finds as it runs (touch), which the client may not
+// know it changes.
+func (t *leaseTable) beginLocked(sid uint64, keepOwn bool, dirs []uint64) (done func(), waits []*dirHold) {
 	slices.Sort(dirs)
 	dirs = slices.Compact(dirs)
-	end, epoch, now := t.end, t.epoch, time.Now()
-	var waits []*dirHold
+	epoch, now := t.epoch, time.Now()
 	for _, ino := range dirs {
 		d := t.dir(ino)
 		d.ver++
@@ -550,7 +614,7 @@ func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (do
 			case !now.Before(h.expiry):
 				t.dropHoldLocked(ino, d, hs, h)
 				continue
-			case sid != 0 && hs == sid:
+			case sid != 0 && hs == sid && (ino&contentBit == 0 || keepOwn):
 				continue
 			}
 			waits = append(waits, h)
@@ -561,7 +625,6 @@ func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (do
 			}
 		}
 	}
-	t.mu.Unlock()
 	var once sync.Once
 	done = func() {
 		once.Do(func() {
@@ -583,13 +646,7 @@ func (t *leaseTable) change(ctx context.Context, sid uint64, dirs ...uint64) (do
 			}
 		})
 	}
-	for _, h := range waits {
-		if err := h.wait(ctx, end); err != nil {
-			done()
-			return nil, err
-		}
-	}
-	return done, nil
+	return done, waits
 }
 
 // wait returns once h is released or expired; the error of ctx or of

@@ -24,7 +24,12 @@ import (
 // A replica's mutation whose call ended first may still be applied: the
 // change stays in flight until it is, or the term ends.
 func (s *Server) leaseChange(ctx context.Context, dirs ...uint64) (done func(error), err error) {
-	end, err := s.leases.change(ctx, callFrom(ctx).session, dirs...)
+	return s.leaseChangeAs(ctx, true, dirs...)
+}
+
+// leaseChangeAs is leaseChange; keepOwn as leaseTable.beginLocked's.
+func (s *Server) leaseChangeAs(ctx context.Context, keepOwn bool, dirs ...uint64) (done func(error), err error) {
+	end, err := s.leases.changeAs(ctx, callFrom(ctx).session, keepOwn, dirs...)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +98,9 @@ func (s *Server) handleLeaseDir(ctx context.Context, req *mdspb.LeaseDirRequest)
 	s.sess.mu.Unlock()
 	if serr != nil {
 		return refuse("session unknown")
+	}
+	if req.GetRenewInodes() {
+		return s.handleRenewContent(sid, arrived), nil
 	}
 	if gen := req.GetRenew(); gen != 0 {
 		if !t.renew(sid, dir, gen, arrived.Add(t.lease)) {

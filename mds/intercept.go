@@ -36,10 +36,14 @@ type mutation struct {
 	// the caller asks (mdspb.CommitHeader = CommitEarly; a local
 	// committer only: docs/fuse.md, "Durability").
 	early bool
-	// dirs, when set, names the directories whose entries the method
-	// changes: before the handler runs, serve recalls the directory
-	// leases other sessions hold on them and keeps new ones from being
-	// granted until the handler returns (leaseChange, dirlease_rpc.go).
+	// dirs, when set, names the lease keys the method changes: the
+	// directories whose entries it changes, and (contentKey) the inodes
+	// whose attributes or contents it may change. Before the handler
+	// runs, serve recalls the leases other sessions hold on them and
+	// keeps new ones from being granted until the handler returns
+	// (leaseChange, dirlease_rpc.go). Inodes the handler finds as it
+	// runs (the one an unlink removes a name of) it readies itself
+	// (touchContent).
 	dirs func(req any) []uint64
 }
 
@@ -59,9 +63,20 @@ var (
 	parentOfCreate  = changes(func(r *mdspb.CreateRequest) []uint64 { return []uint64{r.GetParent()} })
 	parentOfUnlink  = changes(func(r *mdspb.UnlinkRequest) []uint64 { return []uint64{r.GetParent()} })
 	parentOfSymlink = changes(func(r *mdspb.SymlinkRequest) []uint64 { return []uint64{r.GetParent()} })
-	parentOfLink    = changes(func(r *mdspb.LinkRequest) []uint64 { return []uint64{r.GetNewParent()} })
+	parentOfLink    = changes(func(r *mdspb.LinkRequest) []uint64 { return []uint64{r.GetNewParent(), contentKey(r.GetIno())} })
 	parentsOfRename = changes(func(r *mdspb.RenameRequest) []uint64 { return []uint64{r.GetOldParent(), r.GetNewParent()} })
-	parentOfMigrate = changes(func(r *mdspb.MigrateCommitRequest) []uint64 { return []uint64{r.GetTmpParent()} })
+	parentOfMigrate = changes(func(r *mdspb.MigrateCommitRequest) []uint64 {
+		return []uint64{r.GetTmpParent(), contentKey(r.GetSrcIno())}
+	})
+	// The inode leases (docs/fuse.md, "Inode leases") of the inodes
+	// whose attributes or contents a method changes.
+	contentOfSetAttr   = changes(func(r *mdspb.SetAttrRequest) []uint64 { return []uint64{contentKey(r.GetIno())} })
+	contentOfSetX      = changes(func(r *mdspb.SetXattrRequest) []uint64 { return []uint64{contentKey(r.GetIno())} })
+	contentOfRemoveX   = changes(func(r *mdspb.RemoveXattrRequest) []uint64 { return []uint64{contentKey(r.GetIno())} })
+	contentOfCommit    = changes(func(r *mdspb.CommitExtentsRequest) []uint64 { return []uint64{contentKey(r.GetIno())} })
+	contentOfFalloc    = changes(func(r *mdspb.FallocateRequest) []uint64 { return []uint64{contentKey(r.GetIno())} })
+	contentOfClone     = changes(func(r *mdspb.CloneExtentsRequest) []uint64 { return []uint64{contentKey(r.GetDstIno())} })
+	contentOfSetLayout = changes(func(r *mdspb.SetLayoutRequest) []uint64 { return []uint64{contentKey(r.GetIno())} })
 )
 
 func newAttrReply() proto.Message   { return &mdspb.AttrReply{} }
@@ -80,11 +95,13 @@ var mutations = map[string]mutation{
 	"Unlink":        {reply: newUnlinkReply, early: true, dirs: parentOfUnlink},
 	"Rmdir":         {reply: newUnlinkReply, early: true, dirs: parentOfUnlink},
 	"Rename":        {reply: newRenameReply, early: true, dirs: parentsOfRename},
-	"SetAttr":       {reply: newAttrReply, early: true},
-	"SetXattr":      {reply: newAttrReply, early: true},
-	"RemoveXattr":   {reply: newAttrReply, early: true},
-	"CommitExtents": {reply: newAttrReply},
-	"Fallocate":     {reply: newAttrReply},
+	"SetAttr":       {reply: newAttrReply, early: true, dirs: contentOfSetAttr},
+	"SetXattr":      {reply: newAttrReply, early: true, dirs: contentOfSetX},
+	"RemoveXattr":   {reply: newAttrReply, early: true, dirs: contentOfRemoveX},
+	"CommitExtents": {reply: newAttrReply, dirs: contentOfCommit},
+	"Fallocate":     {reply: newAttrReply, dirs: contentOfFalloc},
+	"CloneExtents":  {dirs: contentOfClone},
+	"SetLayout":     {dirs: contentOfSetLayout},
 	"MigrateCommit": {early: true, dirs: parentOfMigrate},
 }
 
@@ -97,6 +114,14 @@ type callInfo struct {
 	// it names none or a malformed one: its own directory leases are
 	// not recalled for its changes (dirlease.go).
 	session uint64
+	// keys are the lease keys the request names, whose change serve
+	// readied before the handler ran; found, those an earlier run of the
+	// handler found (leaseWaitError), readied too, without sparing the
+	// session's own inode leases; ends are the changes the handler
+	// readied itself (touchContent), ended by serve once it returned.
+	keys  []uint64
+	found []uint64
+	ends  []func()
 }
 
 type callKey struct{}
@@ -182,14 +207,19 @@ func serve[Req any, Resp proto.Message](s *Server, ctx context.Context, name str
 	ctx = context.WithValue(ctx, callKey{}, ci)
 	var resp Resp
 	if m.dirs != nil {
-		done, lerr := s.leaseChange(ctx, m.dirs(req)...)
-		if lerr != nil {
-			return zero, lerr
+		ci.keys = m.dirs(req)
+	}
+	for try := 0; ; try++ {
+		resp, err = runLeased(s, ctx, ci, req, h)
+		var lw *leaseWaitError
+		if !errors.As(err, &lw) {
+			break
 		}
-		resp, err = h(ctx, req)
-		done(err)
-	} else {
-		resp, err = h(ctx, req)
+		if try == 8 {
+			// The names it removes keep changing under it.
+			return zero, fmt.Errorf("mds: %s: leases kept changing: %w", name, errs.ErrUnavailable)
+		}
+		ci.found = append(ci.found, lw.keys...)
 	}
 	var de *dupError
 	if err == nil || ci.reqID == "" || !errors.As(err, &de) {
@@ -205,4 +235,32 @@ func serve[Req any, Resp proto.Message](s *Server, ctx context.Context, name str
 		return zero, fmt.Errorf("mds: answer %T of a retried %s: %w", out, name, errs.ErrCorrupt)
 	}
 	return r, nil
+}
+
+// runLeased runs handler h for req with the changes of ci.keys readied
+// (leaseChange), and ends them, and those h readied itself, once it
+// returned.
+func runLeased[Req any, Resp proto.Message](s *Server, ctx context.Context, ci *callInfo, req Req, h func(context.Context, Req) (Resp, error)) (resp Resp, err error) {
+	ci.ends = nil
+	var dones []func(error)
+	defer func() {
+		for _, done := range dones {
+			done(err)
+		}
+	}()
+	for i, keys := range [][]uint64{ci.keys, ci.found} {
+		if len(keys) == 0 {
+			continue
+		}
+		done, err := s.leaseChangeAs(ctx, i == 0, keys...)
+		if err != nil {
+			return resp, err
+		}
+		dones = append(dones, done)
+	}
+	resp, err = h(ctx, req)
+	for _, end := range ci.ends {
+		end()
+	}
+	return resp, err
 }

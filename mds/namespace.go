@@ -286,6 +286,9 @@ func (s *Server) handleCreate(ctx context.Context, req *mdspb.CreateRequest) (_ 
 		}
 		return s.openCreated(t, req, out)
 	})
+	if err == nil && req.GetLease() && req.GetOpenSession() != 0 && out.GetCreated() && isReg(mode) {
+		s.leaseCreated(ctx, req.GetOpenSession(), out)
+	}
 	return out, err
 }
 
@@ -554,6 +557,9 @@ func (s *Server) handleUnlink(ctx context.Context, req *mdspb.UnlinkRequest) (_ 
 		}
 		if isDir(mode) {
 			return fmt.Errorf("unlink %q: %w", req.GetName(), errs.ErrIsDir)
+		}
+		if err := s.touchContent(ctx, ino); err != nil {
+			return err // its nlink and ctime change: its leases go first
 		}
 		n, err := t.inode(ino)
 		if err != nil {

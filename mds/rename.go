@@ -95,6 +95,14 @@ func (s *Server) handleRename(ctx context.Context, req *mdspb.RenameRequest) (_ 
 		if dstOK && dstIno == srcIno {
 			return nil // same inode (or same entry): nothing to do
 		}
+		// Both inodes' attributes change (ctime, nlink): their leases go.
+		victim := uint64(0)
+		if dstOK {
+			victim = dstIno
+		}
+		if err := s.touchContent(ctx, srcIno, victim); err != nil {
+			return err
+		}
 		src, err := t.inode(srcIno)
 		if err != nil {
 			return err

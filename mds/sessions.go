@@ -222,11 +222,21 @@ func (s *Server) handleOpen(ctx context.Context, req *mdspb.OpenRequest) (_ *mds
 		}()
 		// Read after the handle exists: what a later commit changes is
 		// seen at the next open, as close-to-open promises.
-		err = s.snapshot(func(r reader) error {
-			var err error
-			out.Attr, out.Extents, err = readExtents(r, req.GetIno())
-			return err
-		})
+		read := func() error {
+			return s.snapshot(func(r reader) error {
+				var err error
+				out.Attr, out.Extents, err = readExtents(r, req.GetIno())
+				return err
+			})
+		}
+		if req.GetLease() {
+			out.LeaseGen, err = s.grantContent(ctx, req.GetSession(), req.GetIno(), read)
+			if out.LeaseGen != 0 {
+				out.LeaseMs = uint32(s.leases.lease.Milliseconds())
+			}
+		} else {
+			err = read()
+		}
 		if err != nil {
 			if rerr := s.releaseHandle(req.GetSession(), h); rerr != nil {
 				s.log.WarnContext(ctx, "release handle after a failed open", "ino", req.GetIno(), "err", rerr)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/cache"
 	"github.com/shoalfs/shoal/fuse"
 	"github.com/shoalfs/shoal/test/cluster"
@@ -22,6 +23,7 @@ import (
 // by unmount or at the end of the test.
 type cachedMount struct {
 	dir   string
+	cl    *client.Client // the mount's client
 	m     *fuse.Mounted
 	c     *cache.Cache
 	reg   *prometheus.Registry // the cache's and the mount's metrics
@@ -42,13 +44,16 @@ func mountCached(t *testing.T, cl *cluster.Cluster, cacheDir string, size int64)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The mount's own client, its metrics (content leases) with the
+	// cache's and the mount's.
+	c = cl.ClientWith(client.Options{Registry: reg})
 	dir := t.TempDir()
 	m, err := fuse.Mount(ctx, dir, fuse.Options{Client: c, Cache: ca, Registry: reg})
 	if err != nil {
 		ca.Close()
 		t.Fatalf("mount: %v", err)
 	}
-	cm := &cachedMount{dir: dir, m: m, c: ca, reg: reg}
+	cm := &cachedMount{dir: dir, cl: c, m: m, c: ca, reg: reg}
 	t.Cleanup(cm.unmount)
 	return cm
 }

@@ -232,3 +232,46 @@ func TestUnlinkedOpenSurvivesMDSRestart(t *testing.T) {
 		return errors.Is(err, errs.ErrNotFound)
 	})
 }
+
+// TestUnlinkLeasedOpenOnOtherMount: a file opened for reading on mount A
+// under an inode lease (without an MDS handle: docs/fuse.md, "Inode
+// leases") and removed on mount B stays readable on A until A closes it:
+// the recall of A's lease gives A's open file a handle first.
+func TestUnlinkLeasedOpenOnOtherMount(t *testing.T) {
+	cluster.RequireFUSE(t)
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: needs root to drop the kernel's caches (the reads must reach the daemon)")
+	}
+	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace})
+	a, b := cl.Mount(), cl.Mount()
+	data := randBytes(10, 3<<20+5)
+	if err := os.WriteFile(filepath.Join(b, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "A's first read (its open gets a lease)", readFileT(t, filepath.Join(a, "f")), data)
+	f, err := os.Open(filepath.Join(a, "f")) // under the lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ino := inoOf(t, f)
+	if err := os.Remove(filepath.Join(b, "f")); err != nil {
+		t.Fatal(err)
+	}
+	// The MDS keeps the inode, an orphan, for A's open file.
+	if a, err := cl.Client().GetAttr(t.Context(), ino); err != nil || a.Nlink != 0 {
+		t.Fatalf("the removed file open on A, at the MDS: %v, %v", a, err)
+	}
+	time.Sleep(gcGrace + time.Second)
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "A reads after B removed", got, data)
+	if fi, err := f.Stat(); err != nil || fi.Sys().(*syscall.Stat_t).Nlink != 0 {
+		t.Fatalf("fstat on A: %v, %v", fi, err)
+	}
+}

@@ -1112,7 +1112,10 @@ type AttrReply struct {
 	// right after the call (a client may answer the kernel's next getattr
 	// of it from this, within its attribute timeout). Not in a retry's
 	// answer.
-	Parent        *Attr `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent *Attr `protobuf:"bytes,4,opt,name=parent,proto3" json:"parent,omitempty"` // Create with lease: an inode lease granted (lease_gen != 0) on the
+	// file, of lease_ms, as OpenReply's; attr is then as of the grant.
+	LeaseGen      uint64 `protobuf:"varint,5,opt,name=lease_gen,json=leaseGen,proto3" json:"lease_gen,omitempty"`
+	LeaseMs       uint32 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1173,6 +1176,20 @@ func (x *AttrReply) GetParent() *Attr {
 		return x.Parent
 	}
 	return nil
+}
+
+func (x *AttrReply) GetLeaseGen() uint64 {
+	if x != nil {
+		return x.LeaseGen
+	}
+	return 0
+}
+
+func (x *AttrReply) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
 }
 
 type LookupRequest struct {
@@ -1529,7 +1546,10 @@ type CreateRequest struct {
 	OpenSession uint64 `protobuf:"varint,8,opt,name=open_session,json=openSession,proto3" json:"open_session,omitempty"`
 	// rdev is the device number (Linux encoding, as in st_rdev) of a block
 	// or character device node; 0 for every other type.
-	Rdev          uint32 `protobuf:"varint,9,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Rdev uint32 `protobuf:"varint,9,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	// lease (with open_session, for a regular file created): also grant
+	// that session an inode lease on it (docs/fuse.md, "Inode leases").
+	Lease         bool `protobuf:"varint,10,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1625,6 +1645,13 @@ func (x *CreateRequest) GetRdev() uint32 {
 		return x.Rdev
 	}
 	return 0
+}
+
+func (x *CreateRequest) GetLease() bool {
+	if x != nil {
+		return x.Lease
+	}
+	return false
 }
 
 type SymlinkRequest struct {
@@ -3513,10 +3540,14 @@ func (x *KeepAliveReply) GetLeaseMs() int64 {
 // open, removing its last name keeps the inode and its data (nlink 0) until
 // the last Release.
 type OpenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Extents       bool                   `protobuf:"varint,3,opt,name=extents,proto3" json:"extents,omitempty"` // also return the attributes and the extent map
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Ino     uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Extents bool                   `protobuf:"varint,3,opt,name=extents,proto3" json:"extents,omitempty"` // also return the attributes and the extent map
+	// lease (with extents): also grant a lease on the file's attributes
+	// and contents (docs/fuse.md, "Inode leases") when the session has a
+	// Watch stream.
+	Lease         bool `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3572,12 +3603,24 @@ func (x *OpenRequest) GetExtents() bool {
 	return false
 }
 
+func (x *OpenRequest) GetLease() bool {
+	if x != nil {
+		return x.Lease
+	}
+	return false
+}
+
 type OpenReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
-	Attr          *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`       // with OpenRequest.extents
-	Extents       []*ExtentRef           `protobuf:"bytes,3,rep,name=extents,proto3" json:"extents,omitempty"` // with OpenRequest.extents: as GetExtents
-	Caps          [][]byte               `protobuf:"bytes,4,rep,name=caps,proto3" json:"caps,omitempty"`       // with extents: as GetExtentsReply.caps
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Handle  uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Attr    *Attr                  `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`       // with OpenRequest.extents
+	Extents []*ExtentRef           `protobuf:"bytes,3,rep,name=extents,proto3" json:"extents,omitempty"` // with OpenRequest.extents: as GetExtents
+	Caps    [][]byte               `protobuf:"bytes,4,rep,name=caps,proto3" json:"caps,omitempty"`       // with extents: as GetExtentsReply.caps
+	// lease_gen != 0: an inode lease was granted, of lease_ms, counted
+	// by the client from when it sent the request; recalled on the Watch
+	// stream as WatchDown{dir: ino | 1<<63, gen}.
+	LeaseGen      uint64 `protobuf:"varint,5,opt,name=lease_gen,json=leaseGen,proto3" json:"lease_gen,omitempty"`
+	LeaseMs       uint32 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3638,6 +3681,20 @@ func (x *OpenReply) GetCaps() [][]byte {
 		return x.Caps
 	}
 	return nil
+}
+
+func (x *OpenReply) GetLeaseGen() uint64 {
+	if x != nil {
+		return x.LeaseGen
+	}
+	return 0
+}
+
+func (x *OpenReply) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
 }
 
 type ReleaseRequest struct {
@@ -5806,10 +5863,14 @@ func (x *WideLayout) GetUnplaceable() bool {
 // dir instead: the reply has the same gen and no entries, or gen 0 when
 // the MDS no longer counts it held (recalled, expired, replaced).
 type LeaseDirRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
-	Dir           uint64                 `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
-	Renew         uint64                 `protobuf:"varint,3,opt,name=renew,proto3" json:"renew,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Dir     uint64                 `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Renew   uint64                 `protobuf:"varint,3,opt,name=renew,proto3" json:"renew,omitempty"`
+	// renew_inodes: extend every inode lease the session holds that is
+	// neither recalled nor expired (dir and renew are ignored); the reply's
+	// gen is 1 when done, recalled lists the session's recalled ones.
+	RenewInodes   bool `protobuf:"varint,4,opt,name=renew_inodes,json=renewInodes,proto3" json:"renew_inodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5863,6 +5924,13 @@ func (x *LeaseDirRequest) GetRenew() uint64 {
 		return x.Renew
 	}
 	return 0
+}
+
+func (x *LeaseDirRequest) GetRenewInodes() bool {
+	if x != nil {
+		return x.RenewInodes
+	}
+	return false
 }
 
 // LeaseEntry is one name of a leased directory.
@@ -5936,6 +6004,7 @@ type LeaseDirReply struct {
 	Gen           uint64                 `protobuf:"varint,1,opt,name=gen,proto3" json:"gen,omitempty"`
 	LeaseMs       uint32                 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	Entries       []*LeaseEntry          `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	Recalled      []uint64               `protobuf:"varint,4,rep,packed,name=recalled,proto3" json:"recalled,omitempty"` // renew_inodes: gens recalled, not renewed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5987,6 +6056,13 @@ func (x *LeaseDirReply) GetLeaseMs() uint32 {
 func (x *LeaseDirReply) GetEntries() []*LeaseEntry {
 	if x != nil {
 		return x.Entries
+	}
+	return nil
+}
+
+func (x *LeaseDirReply) GetRecalled() []uint64 {
+	if x != nil {
+		return x.Recalled
 	}
 	return nil
 }
@@ -6639,12 +6715,14 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x05state\x18\v \x01(\tR\x05state\x12\x1a\n" +
 	"\bnearfull\x18\f \x01(\bR\bnearfull\x12\x12\n" +
 	"\x04full\x18\r \x01(\bR\x04full\"\a\n" +
-	"\x05Empty\"\x91\x01\n" +
+	"\x05Empty\"\xc9\x01\n" +
 	"\tAttrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\x12\x18\n" +
 	"\acreated\x18\x03 \x01(\bR\acreated\x12*\n" +
-	"\x06parent\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\";\n" +
+	"\x06parent\x18\x04 \x01(\v2\x12.shoal.mds.v1.AttrR\x06parent\x12\x1b\n" +
+	"\tlease_gen\x18\x05 \x01(\x04R\bleaseGen\x12\x19\n" +
+	"\blease_ms\x18\x06 \x01(\rR\aleaseMs\";\n" +
 	"\rLookupRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"J\n" +
@@ -6665,7 +6743,7 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x19\n" +
 	"\batime_ns\x18\a \x01(\x03R\aatimeNs\x12\x19\n" +
-	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"\xf6\x01\n" +
+	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"\x8c\x02\n" +
 	"\rCreateRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x12\n" +
@@ -6675,7 +6753,9 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\texclusive\x18\x06 \x01(\bR\texclusive\x12,\n" +
 	"\x06layout\x18\a \x01(\v2\x14.shoal.mds.v1.LayoutR\x06layout\x12!\n" +
 	"\fopen_session\x18\b \x01(\x04R\vopenSession\x12\x12\n" +
-	"\x04rdev\x18\t \x01(\rR\x04rdev\"x\n" +
+	"\x04rdev\x18\t \x01(\rR\x04rdev\x12\x14\n" +
+	"\x05lease\x18\n" +
+	" \x01(\bR\x05lease\"x\n" +
 	"\x0eSymlinkRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x16\n" +
@@ -6805,16 +6885,19 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\"+\n" +
 	"\x0eKeepAliveReply\x12\x19\n" +
-	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"S\n" +
+	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"i\n" +
 	"\vOpenRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x18\n" +
-	"\aextents\x18\x03 \x01(\bR\aextents\"\x92\x01\n" +
+	"\aextents\x18\x03 \x01(\bR\aextents\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\bR\x05lease\"\xca\x01\n" +
 	"\tOpenReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12&\n" +
 	"\x04attr\x18\x02 \x01(\v2\x12.shoal.mds.v1.AttrR\x04attr\x121\n" +
 	"\aextents\x18\x03 \x03(\v2\x17.shoal.mds.v1.ExtentRefR\aextents\x12\x12\n" +
-	"\x04caps\x18\x04 \x03(\fR\x04caps\"B\n" +
+	"\x04caps\x18\x04 \x03(\fR\x04caps\x12\x1b\n" +
+	"\tlease_gen\x18\x05 \x01(\x04R\bleaseGen\x12\x19\n" +
+	"\blease_ms\x18\x06 \x01(\rR\aleaseMs\"B\n" +
 	"\x0eReleaseRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\"\x9c\x01\n" +
@@ -6992,20 +7075,22 @@ const file_mds_mdspb_mds_proto_rawDesc = "" +
 	"\x01k\x18\x03 \x01(\rR\x01k\x12\f\n" +
 	"\x01m\x18\x04 \x01(\rR\x01m\x12\x12\n" +
 	"\x04need\x18\x05 \x01(\rR\x04need\x12 \n" +
-	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable\"S\n" +
+	"\vunplaceable\x18\x06 \x01(\bR\vunplaceable\"v\n" +
 	"\x0fLeaseDirRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12\x14\n" +
-	"\x05renew\x18\x03 \x01(\x04R\x05renew\"F\n" +
+	"\x05renew\x18\x03 \x01(\x04R\x05renew\x12!\n" +
+	"\frenew_inodes\x18\x04 \x01(\bR\vrenewInodes\"F\n" +
 	"\n" +
 	"LeaseEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\"p\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\"\x8c\x01\n" +
 	"\rLeaseDirReply\x12\x10\n" +
 	"\x03gen\x18\x01 \x01(\x04R\x03gen\x12\x19\n" +
 	"\blease_ms\x18\x02 \x01(\rR\aleaseMs\x122\n" +
-	"\aentries\x18\x03 \x03(\v2\x18.shoal.mds.v1.LeaseEntryR\aentries\"?\n" +
+	"\aentries\x18\x03 \x03(\v2\x18.shoal.mds.v1.LeaseEntryR\aentries\x12\x1a\n" +
+	"\brecalled\x18\x04 \x03(\x04R\brecalled\"?\n" +
 	"\aWatchUp\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x1a\n" +
 	"\breleased\x18\x02 \x03(\x04R\breleased\"/\n" +
