@@ -26,32 +26,46 @@ const contentBit = uint64(1) << 63
 // contentKey is the lease key of the contents of file ino.
 func contentKey(ino uint64) uint64 { return ino | contentBit }
 
-// renewContent extends, to expiry, every content lease session sid holds
+// renewContent extends, to expiry, every inode lease session sid holds
 // that is neither recalled nor expired, and returns the gens of the
 // recalled ones; ok is false when the session has no stream (nothing is
-// renewed).
-func (t *leaseTable) renewContent(sid uint64, expiry time.Time) (recalled []uint64, ok bool) {
+// renewed). The extension is the session's (contentUntil), so a renewal
+// costs the same for ten leases or ten thousand; only the recalled ones
+// are looked at.
+func (t *leaseTable) renewContent(sid uint64, arrived, expiry time.Time) (recalled []uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ls := t.sessions[sid]
 	if t.closed || ls == nil || ls.w == nil {
 		return nil, false
 	}
-	now := time.Now()
-	for key := range ls.dirs {
-		if key&contentBit == 0 {
-			continue
-		}
-		h := t.dirs[key].holders[sid]
-		switch {
-		case h == nil || !now.Before(h.expiry):
-		case h.recalled:
+	// A lease that ended before this renewal is not brought back: when
+	// the last renewal's extension ran out before this one came, a new
+	// chain starts, which extends only the leases running now.
+	if !arrived.Before(ls.contentUntil) {
+		ls.chainStart = arrived
+	}
+	ls.contentUntil = expiry
+	for key := range ls.recalledContent {
+		if h := t.dirs[key].holders[sid]; h != nil && h.recalled {
 			recalled = append(recalled, h.gen)
-		default:
-			h.expiry = expiry
 		}
 	}
 	return recalled, true
+}
+
+// expiryOf is when session sid's hold h on key ends: an inode lease
+// that is not recalled, and ran when its session's chain of renewals
+// began, lasts until the later of its own end and the chain's
+// (contentUntil).
+func (t *leaseTable) expiryOf(sid, key uint64, h *dirHold) time.Time {
+	if key&contentBit == 0 || h.recalled {
+		return h.expiry
+	}
+	if ls := t.sessions[sid]; ls != nil && ls.contentUntil.After(h.expiry) && !h.expiry.Before(ls.chainStart) {
+		return ls.contentUntil
+	}
+	return h.expiry
 }
 
 // grantContent grants session sid a content lease on file ino around
@@ -89,7 +103,7 @@ func (s *Server) grantContent(ctx context.Context, sid, ino uint64, read func() 
 // handleRenewContent is LeaseDir{renew_inodes}.
 func (s *Server) handleRenewContent(sid uint64, arrived time.Time) *mdspb.LeaseDirReply {
 	t := s.leases
-	recalled, ok := t.renewContent(sid, arrived.Add(t.lease))
+	recalled, ok := t.renewContent(sid, arrived, arrived.Add(t.lease))
 	if !ok {
 		t.refused.Inc()
 		return &mdspb.LeaseDirReply{}

@@ -169,6 +169,25 @@ func TestContentLeaseRenew(t *testing.T) {
 	if err := <-res; err != nil {
 		t.Fatal(err)
 	}
+	// Not renewed, a lease lapses after its length: a change then
+	// neither recalls nor waits, and a later renewal does not bring it
+	// back.
+	h, _ := e.fileWithData("h")
+	if e.openLeased(holder, h.Ino).LeaseGen == 0 {
+		t.Fatal("lease refused")
+	}
+	time.Sleep(testDirLease * 3 / 2)
+	if r := renew(); r.Gen != 1 {
+		t.Fatalf("renewal: %v", r)
+	}
+	t0 := time.Now()
+	if err := e.setSize(h.Ino, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > testDirLease/2 {
+		t.Fatalf("a change of a lapsed lease's file waited %v", d)
+	}
+	w.noRecall(t)
 	// A session without a stream renews nothing.
 	if r, err := e.c.LeaseDir(ctx, &mdspb.LeaseDirRequest{Session: e.session(), RenewInodes: true}); err != nil || r.Gen != 0 {
 		t.Fatalf("renewal without a stream: %v, %v", r, err)

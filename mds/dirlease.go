@@ -119,6 +119,14 @@ type dirHold struct {
 type leaseSession struct {
 	w    *watcher            // the open Watch stream, or nil
 	dirs map[uint64]struct{} // directories it holds leases on
+	// contentUntil extends each of its inode leases that is not
+	// recalled and still ran at chainStart, the first of the renewals
+	// since which none came late (LeaseDir{renew_inodes}:
+	// contentlease.go, expiryOf).
+	contentUntil, chainStart time.Time
+	// recalledContent are the keys of its inode leases recalled and not
+	// yet released (renewContent lists them).
+	recalledContent map[uint64]struct{}
 }
 
 // watcher is one open Watch stream: recalls are queued here (under the
@@ -260,6 +268,7 @@ func (t *leaseTable) dropHoldLocked(ino uint64, d *leasedDir, sid uint64, h *dir
 	delete(t.byGen, h.gen)
 	if ls := t.sessions[sid]; ls != nil {
 		delete(ls.dirs, ino)
+		delete(ls.recalledContent, ino)
 	}
 	close(h.released)
 	t.tidyLocked(ino)
@@ -379,7 +388,7 @@ func (t *leaseTable) sweep() {
 	defer t.mu.Unlock()
 	for ino, d := range t.dirs {
 		for sid, h := range d.holders {
-			if !now.Before(h.expiry) {
+			if !now.Before(t.expiryOf(sid, ino, h)) {
 				t.dropHoldLocked(ino, d, sid, h)
 			}
 		}
@@ -611,7 +620,7 @@ func (t *leaseTable) beginLocked(sid uint64, keepOwn bool, dirs []uint64) (done 
 		}
 		for hs, h := range d.holders {
 			switch {
-			case !now.Before(h.expiry):
+			case !now.Before(t.expiryOf(hs, ino, h)):
 				t.dropHoldLocked(ino, d, hs, h)
 				continue
 			case sid != 0 && hs == sid && (ino&contentBit == 0 || keepOwn):
@@ -619,7 +628,15 @@ func (t *leaseTable) beginLocked(sid uint64, keepOwn bool, dirs []uint64) (done 
 			}
 			waits = append(waits, h)
 			if !h.recalled {
+				// A recalled lease is renewed no more: its end is fixed.
+				h.expiry = t.expiryOf(hs, ino, h)
 				h.recalled = true
+				if ls := t.sessions[hs]; ls != nil && ino&contentBit != 0 {
+					if ls.recalledContent == nil {
+						ls.recalledContent = map[uint64]struct{}{}
+					}
+					ls.recalledContent[ino] = struct{}{}
+				}
 				t.recalls.Inc()
 				t.sendLocked(hs, &mdspb.WatchDown{Dir: ino, Gen: h.gen})
 			}
