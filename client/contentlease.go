@@ -437,32 +437,29 @@ func (c *Client) sessionCtx(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, wire.SessionHeader, strconv.FormatUint(c.sessionID(), 10))
 }
 
-// dropNamed drops this client's inode leases on the inodes name stands
-// for in dir (when a lease on dir's entries says), and releases them
-// before it returns: a change of this client is about to remove or move
-// that name, and the MDS would otherwise recall them, a round trip more.
-func (l *dirLeases) dropNamed(dir uint64, name string) {
+// dropNamed drops this client's inode lease on the inode name stands for
+// in dir (when a lease on dir's entries says) and returns ctx marked to
+// release it (wire.ReleaseHeader) with the call it is for: a change of
+// this client that removes or moves that name, which the MDS would
+// otherwise hold until the release came on the Watch stream, or recall.
+func (l *dirLeases) dropNamed(ctx context.Context, dir uint64, name string) context.Context {
 	if l.off {
-		return
+		return ctx
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	st := l.dirs[dir]
-	var ino uint64
-	if st != nil && st.lease != nil {
-		ino = st.lease.names[name]
+	if st == nil || st.lease == nil {
+		return ctx
 	}
+	ino := st.lease.names[name]
 	fl := l.fl.files[ino]
-	send := l.send
 	if fl == nil || ino == 0 {
-		l.mu.Unlock()
-		return
+		return ctx
 	}
 	delete(l.fl.files, ino)
 	l.fl.drops++
-	l.mu.Unlock()
-	if send != nil {
-		send([]uint64{fl.gen})
-	}
+	return metadata.AppendToOutgoingContext(ctx, wire.ReleaseHeader, strconv.FormatUint(fl.gen, 10))
 }
 
 // handleLeasedOpens gives MDS handles to the files open under leases

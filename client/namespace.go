@@ -212,8 +212,8 @@ func (c *Client) LinkIn(ctx context.Context, ino, parent uint64, name string) (*
 func (c *Client) UnlinkIn(ctx context.Context, parent uint64, name string) error {
 	seq := c.dirs.begin()
 	c.leases.begin(parent)
-	c.leases.dropNamed(parent, name)
-	r, err := c.mds.Unlink(c.changeCtx(ctx), &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
+	ctx = c.leases.dropNamed(c.changeCtx(ctx), parent, name)
+	r, err := c.mds.Unlink(ctx, &mdspb.UnlinkRequest{Parent: parent, Name: []byte(name)})
 	c.leases.end(err, removed(name), parent)
 	c.dirs.answered(seq, parent, r.GetParent(), err)
 	return err
@@ -234,9 +234,9 @@ func (c *Client) RmdirIn(ctx context.Context, parent uint64, name string) error 
 func (c *Client) RenameIn(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags RenameFlags) error {
 	seq := c.dirs.begin()
 	c.leases.begin(oldParent, newParent)
-	c.leases.dropNamed(oldParent, oldName)
-	c.leases.dropNamed(newParent, newName)
-	r, err := c.mds.Rename(c.changeCtx(ctx), &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
+	ctx = c.leases.dropNamed(c.changeCtx(ctx), oldParent, oldName)
+	ctx = c.leases.dropNamed(ctx, newParent, newName)
+	r, err := c.mds.Rename(ctx, &mdspb.RenameRequest{OldParent: oldParent, OldName: []byte(oldName), NewParent: newParent, NewName: []byte(newName), Flags: uint32(flags)})
 	c.leases.end(err, renamed(oldParent, oldName, newParent, newName, flags), oldParent, newParent)
 	c.dirs.answered(seq, oldParent, r.GetOldParent(), err)
 	c.dirs.answered(seq, newParent, r.GetNewParent(), err)

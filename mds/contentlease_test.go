@@ -1,9 +1,13 @@
 package mds
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
+	"github.com/shoalfs/shoal/internal/wire"
 	"github.com/shoalfs/shoal/mds/mdspb"
 )
 
@@ -54,7 +58,16 @@ func TestContentLeaseRecall(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.noRecall(t)
-	name := "f"
+	// A change that finds the inode (a rename of it) by the holder's
+	// session, sent with the release of its lease (wire.ReleaseHeader),
+	// neither recalls nor waits.
+	gen := e.openLeased(holder, f.Ino).LeaseGen
+	rel := metadata.AppendToOutgoingContext(as(holder), wire.ReleaseHeader, strconv.FormatUint(gen, 10))
+	if _, err := e.c.Rename(rel, &mdspb.RenameRequest{OldParent: rootIno, OldName: []byte("f"), NewParent: rootIno, NewName: []byte("f0")}); err != nil {
+		t.Fatal(err)
+	}
+	w.noRecall(t)
+	name := "f0"
 	for i, change := range []func() error{
 		func() error { return e.setSize(f.Ino, mib) },
 		func() error {

@@ -199,6 +199,15 @@ func serve[Req any, Resp proto.Message](s *Server, ctx context.Context, name str
 			ci.session = id
 		}
 	}
+	if v := md.Get(wire.ReleaseHeader); len(v) > 0 && len(v) <= 16 && ci.session != 0 {
+		gens := make([]uint64, 0, len(v))
+		for _, g := range v {
+			if gen, err := strconv.ParseUint(g, 10, 64); err == nil {
+				gens = append(gens, gen)
+			}
+		}
+		s.leases.release(ci.session, gens)
+	}
 	if m.reply != nil {
 		if ids := md.Get(wire.RequestIDHeader); len(ids) == 1 && ids[0] != "" && len(ids[0]) <= 128 {
 			ci.reqID = ids[0]

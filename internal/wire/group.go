@@ -29,6 +29,13 @@ const RequestIDHeader = "shoal-request-id"
 // leases").
 const SessionHeader = "shoal-session"
 
+// ReleaseHeader is the gRPC metadata key of the gens of leases the
+// caller's session releases with a change (decimal, one value each): the
+// MDS ends them before the change runs, so that a change of an inode the
+// caller held a lease on does not wait for the release to come on the
+// Watch stream (docs/fuse.md, "Inode leases").
+const ReleaseHeader = "shoal-release"
+
 // GroupRetryFor bounds how long a GroupConn call follows redirects and
 // retries unreachable members before it gives up: an election takes a few
 // election timeouts (about a second each).
