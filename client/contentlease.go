@@ -100,11 +100,37 @@ func (l *dirLeases) readTimeSet(ino uint64, a *mdspb.Attr) {
 }
 
 // dropFileLocked forgets the lease on ino; releaseLocked releases it at
-// the MDS.
+// the MDS. Files open under it get MDS handles first (in the background,
+// the release after them): without the lease, no recall would tell this
+// client of a change, such as the unlink of the file's last name, that
+// needs the MDS to know they are open.
 func (l *dirLeases) dropFileLocked(ino uint64, fl *fileLease) {
 	delete(l.fl.files, ino)
-	if l.send != nil {
+	if l.send == nil {
+		return
+	}
+	open := slices.Clone(l.fl.open[ino])
+	if len(open) == 0 {
 		l.fl.release = append(l.fl.release, fl.gen)
+		return
+	}
+	send := l.send
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ensureHandles(open)
+		send([]uint64{fl.gen})
+	}()
+}
+
+// ensureHandles gives each of open an MDS handle (File.EnsureHandle).
+func ensureHandles(open []*File) {
+	for _, f := range open {
+		ctx, cancel := context.WithTimeout(context.Background(), dirLeaseCallTimeout)
+		if err := f.EnsureHandle(ctx); err != nil {
+			f.c.log.Warn("open a leased file at the MDS before its lease goes", "ino", f.ino, "err", err)
+		}
+		cancel()
 	}
 }
 
@@ -442,23 +468,29 @@ func (c *Client) sessionCtx(ctx context.Context) context.Context {
 // release it (wire.ReleaseHeader) with the call it is for: a change of
 // this client that removes or moves that name, which the MDS would
 // otherwise hold until the release came on the Watch stream, or recall.
+// Files open under the lease get MDS handles before it returns, so that
+// the removal keeps the file for them.
 func (l *dirLeases) dropNamed(ctx context.Context, dir uint64, name string) context.Context {
 	if l.off {
 		return ctx
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	st := l.dirs[dir]
 	if st == nil || st.lease == nil {
+		l.mu.Unlock()
 		return ctx
 	}
 	ino := st.lease.names[name]
 	fl := l.fl.files[ino]
 	if fl == nil || ino == 0 {
+		l.mu.Unlock()
 		return ctx
 	}
 	delete(l.fl.files, ino)
 	l.fl.drops++
+	open := slices.Clone(l.fl.open[ino])
+	l.mu.Unlock()
+	ensureHandles(open)
 	return metadata.AppendToOutgoingContext(ctx, wire.ReleaseHeader, strconv.FormatUint(fl.gen, 10))
 }
 

@@ -373,13 +373,7 @@ func (l *dirLeases) recall(dir, gen uint64) {
 			l.mu.Unlock()
 			go func() {
 				defer l.wg.Done()
-				for _, f := range open {
-					ctx, cancel := context.WithTimeout(context.Background(), dirLeaseCallTimeout)
-					if err := f.EnsureHandle(ctx); err != nil {
-						f.c.log.Warn("open a leased file at the MDS before its lease goes", "ino", f.ino, "err", err)
-					}
-					cancel()
-				}
+				ensureHandles(open)
 				send([]uint64{gen})
 			}()
 			return

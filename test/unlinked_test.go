@@ -275,3 +275,43 @@ func TestUnlinkLeasedOpenOnOtherMount(t *testing.T) {
 		t.Fatalf("fstat on A: %v, %v", fi, err)
 	}
 }
+
+// TestUnlinkLeasedOpenSameMount: a file opened for reading under an inode
+// lease and removed through the same mount stays readable through the
+// open descriptor: the mount gives its open file an MDS handle before
+// the unlink goes.
+func TestUnlinkLeasedOpenSameMount(t *testing.T) {
+	cluster.RequireFUSE(t)
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: needs root to drop the kernel's caches (the reads must reach the daemon)")
+	}
+	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace})
+	a := cl.Mount()
+	p := filepath.Join(a, "f")
+	data := randBytes(11, 2<<20+7)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "first read (its open gets a lease)", readFileT(t, p), data)
+	f, err := os.Open(p) // under the lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ino := inoOf(t, f)
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := cl.Client().GetAttr(t.Context(), ino); err != nil || a.Nlink != 0 {
+		t.Fatalf("the removed file still open, at the MDS: %v, %v", a, err)
+	}
+	time.Sleep(gcGrace + time.Second)
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "read after the unlink", got, data)
+}
