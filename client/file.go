@@ -121,7 +121,7 @@ func (c *Client) CreateFileIn(ctx context.Context, parent uint64, name string, o
 	id := c.sessionID()
 	req := o.createRequest(parent, name, sIFREG|o.Mode&0o7777, o.Exclusive)
 	req.OpenSession = id
-	req.Lease = !c.leases.off
+	req.Lease = o.Lease && !c.leases.off
 	ask := c.leases.asking()
 	seq := c.dirs.begin()
 	c.leases.begin(parent)

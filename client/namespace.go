@@ -91,6 +91,12 @@ type CreateOptions struct {
 	// Rdev is the device number of a block or character device made by
 	// MknodIn (Linux's st_rdev encoding).
 	Rdev uint32
+	// Lease has CreateFileIn ask for an inode lease on the file it
+	// creates (contentlease.go), so that its stats and lookups need no
+	// MDS call until someone changes it: the mount asks, since the
+	// kernel stats what it created; a writer through the API would only
+	// drop it at its first commit.
+	Lease bool
 }
 
 // createRequest is the MDS request of a create of name in parent with

@@ -316,7 +316,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	excl := flags&syscall.O_EXCL != 0
 	// Create and open in one MDS call; the File joins the mount's table
 	// of open files (or is dropped for the one already there).
-	f, a, err := n.m.c.CreateFileIn(ctx, n.ino(), name, client.CreateOptions{Mode: mode, UID: uid, GID: gid, Exclusive: excl})
+	f, a, err := n.m.c.CreateFileIn(ctx, n.ino(), name, client.CreateOptions{Mode: mode, UID: uid, GID: gid, Exclusive: excl, Lease: true})
 	a, errno := n.m.attrOf("create", n.ino(), a, err)
 	if errno != 0 {
 		return nil, nil, 0, errno

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,7 +21,7 @@ import (
 // wait. A write or a lock through such an open reaches the MDS as with
 // any other open.
 func TestContentLeases(t *testing.T) {
-	cl := cluster.Start(t, cluster.Options{})
+	cl := cluster.Start(t, cluster.Options{DirLeaseTime: 10 * time.Second})
 	cm := mountCached(t, cl, t.TempDir(), 64<<20)
 	other := cl.Mount()
 	pa, po := filepath.Join(cm.dir, "f"), filepath.Join(other, "f")

@@ -242,7 +242,7 @@ func TestUnlinkLeasedOpenOnOtherMount(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: needs root to drop the kernel's caches (the reads must reach the daemon)")
 	}
-	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace})
+	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace, DirLeaseTime: 10 * time.Second})
 	a, b := cl.Mount(), cl.Mount()
 	data := randBytes(10, 3<<20+5)
 	if err := os.WriteFile(filepath.Join(b, "f"), data, 0o644); err != nil {
@@ -285,7 +285,7 @@ func TestUnlinkLeasedOpenSameMount(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: needs root to drop the kernel's caches (the reads must reach the daemon)")
 	}
-	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace})
+	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace, DirLeaseTime: 10 * time.Second})
 	a := cl.Mount()
 	p := filepath.Join(a, "f")
 	data := randBytes(11, 2<<20+7)

@@ -49,6 +49,11 @@ type Options struct {
 	// SessionLease of client sessions (opens, locks) at the MDS; default
 	// the MDS's (10s).
 	SessionLease time.Duration
+	// DirLeaseTime is the length of directory and inode leases
+	// (mds.Options.DirLeaseTime); default the MDS's (1s). Tests that
+	// count what leases answer set it long, so that a loaded machine's
+	// late renewal does not end a lease under them.
+	DirLeaseTime time.Duration
 	// GCGrace before the MDS deletes unreferenced chunks; default the
 	// MDS's (2m).
 	GCGrace time.Duration
@@ -211,6 +216,7 @@ func (c *Cluster) startMDS() error {
 		GCInterval:       500 * time.Millisecond,
 		GCGrace:          c.opts.GCGrace,
 		SessionLease:     c.opts.SessionLease,
+		DirLeaseTime:     c.opts.DirLeaseTime,
 		Admin:            c.opts.Admin,
 		Placement:        c.opts.Placement,
 		Creds:            c.Creds(pki.RoleMDS),
