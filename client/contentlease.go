@@ -72,18 +72,27 @@ type fileLeases struct {
 func (l *dirLeases) leasedOpen(ino uint64) (attr *Attr, extents []*mdspb.ExtentRef, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fl := l.fl.files[ino]
-	if fl == nil || l.stream == 0 {
+	fl := l.liveLocked(ino, time.Now())
+	if fl == nil {
 		return nil, nil, false
 	}
-	now := time.Now()
+	return attrOf(fl.attr), fl.extents, true
+}
+
+// liveLocked returns the running lease on ino, noting its use, or nil; an
+// expired one is dropped.
+func (l *dirLeases) liveLocked(ino uint64, now time.Time) *fileLease {
+	fl := l.fl.files[ino]
+	if fl == nil || l.stream == 0 || ino == 0 {
+		return nil
+	}
 	if !now.Before(fl.until) {
 		l.dropFileLocked(ino, fl)
 		l.releaseLocked()
-		return nil, nil, false
+		return nil
 	}
 	fl.used = now
-	return attrOf(fl.attr), fl.extents, true
+	return fl
 }
 
 // readTimeSet takes a as ino's attributes: the answer of this client's
@@ -109,18 +118,11 @@ func (l *dirLeases) dropFileLocked(ino uint64, fl *fileLease) {
 	if l.send == nil {
 		return
 	}
-	open := slices.Clone(l.fl.open[ino])
-	if len(open) == 0 {
-		l.fl.release = append(l.fl.release, fl.gen)
+	if open := l.fl.open[ino]; len(open) > 0 {
+		l.releaseAfterLocked(slices.Clone(open), fl.gen)
 		return
 	}
-	send := l.send
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		ensureHandles(open)
-		send([]uint64{fl.gen})
-	}()
+	l.fl.release = append(l.fl.release, fl.gen)
 }
 
 // ensureHandles gives each of open an MDS handle (File.EnsureHandle).
@@ -139,13 +141,22 @@ func ensureHandles(open []*File) {
 func (l *dirLeases) releaseLocked() {
 	gens := l.fl.release
 	l.fl.release = nil
-	if len(gens) == 0 || l.send == nil {
+	if len(gens) > 0 {
+		l.releaseAfterLocked(nil, gens...)
+	}
+}
+
+// releaseAfterLocked releases gens on the open stream, in the background,
+// once open (Files open under those leases) have MDS handles.
+func (l *dirLeases) releaseAfterLocked(open []*File, gens ...uint64) {
+	send := l.send
+	if send == nil {
 		return
 	}
-	send := l.send
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		ensureHandles(open)
 		send(gens)
 	}()
 }
@@ -400,17 +411,10 @@ func (l *dirLeases) leasedAttr(ino uint64) *Attr {
 }
 
 func (l *dirLeases) leasedAttrLocked(ino uint64, now time.Time) *Attr {
-	fl := l.fl.files[ino]
-	if fl == nil || l.stream == 0 || ino == 0 {
-		return nil
+	if fl := l.liveLocked(ino, now); fl != nil {
+		return attrOf(fl.attr)
 	}
-	if !now.Before(fl.until) {
-		l.dropFileLocked(ino, fl)
-		l.releaseLocked()
-		return nil
-	}
-	fl.used = now
-	return attrOf(fl.attr)
+	return nil
 }
 
 // leasedEntry answers a lookup of name in dir from a running lease on

@@ -368,14 +368,8 @@ func (l *dirLeases) recall(dir, gen uint64) {
 	if dir&contentBit != 0 {
 		if open := l.recallFileLocked(dir, gen); len(open) > 0 && l.send != nil {
 			// Open files get handles first; the release follows.
-			send := l.send
-			l.wg.Add(1)
+			l.releaseAfterLocked(open, gen)
 			l.mu.Unlock()
-			go func() {
-				defer l.wg.Done()
-				ensureHandles(open)
-				send([]uint64{gen})
-			}()
 			return
 		}
 	} else {

@@ -237,13 +237,29 @@ func TestUnlinkedOpenSurvivesMDSRestart(t *testing.T) {
 // under an inode lease (without an MDS handle: docs/fuse.md, "Inode
 // leases") and removed on mount B stays readable on A until A closes it:
 // the recall of A's lease gives A's open file a handle first.
-func TestUnlinkLeasedOpenOnOtherMount(t *testing.T) {
+func TestUnlinkLeasedOpenOnOtherMount(t *testing.T) { unlinkLeasedOpen(t, false) }
+
+// TestUnlinkLeasedOpenSameMount: a file opened for reading under an inode
+// lease and removed through the same mount stays readable through the
+// open descriptor: the mount gives its open file an MDS handle before
+// the unlink goes.
+func TestUnlinkLeasedOpenSameMount(t *testing.T) { unlinkLeasedOpen(t, true) }
+
+// unlinkLeasedOpen opens a file on a mount under an inode lease, removes
+// it through the same mount or another, and reads it through the open
+// descriptor once the kernel's caches are dropped and the GC's grace is
+// over.
+func unlinkLeasedOpen(t *testing.T, sameMount bool) {
 	cluster.RequireFUSE(t)
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: needs root to drop the kernel's caches (the reads must reach the daemon)")
 	}
 	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace, DirLeaseTime: 10 * time.Second})
-	a, b := cl.Mount(), cl.Mount()
+	a := cl.Mount()
+	b := a // the mount that removes it
+	if !sameMount {
+		b = cl.Mount()
+	}
 	data := randBytes(10, 3<<20+5)
 	if err := os.WriteFile(filepath.Join(b, "f"), data, 0o644); err != nil {
 		t.Fatal(err)
@@ -270,48 +286,8 @@ func TestUnlinkLeasedOpenOnOtherMount(t *testing.T) {
 	if _, err := f.ReadAt(got, 0); err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, "A reads after B removed", got, data)
+	mustEqual(t, "A reads after the removal", got, data)
 	if fi, err := f.Stat(); err != nil || fi.Sys().(*syscall.Stat_t).Nlink != 0 {
 		t.Fatalf("fstat on A: %v, %v", fi, err)
 	}
-}
-
-// TestUnlinkLeasedOpenSameMount: a file opened for reading under an inode
-// lease and removed through the same mount stays readable through the
-// open descriptor: the mount gives its open file an MDS handle before
-// the unlink goes.
-func TestUnlinkLeasedOpenSameMount(t *testing.T) {
-	cluster.RequireFUSE(t)
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: needs root to drop the kernel's caches (the reads must reach the daemon)")
-	}
-	cl := cluster.Start(t, cluster.Options{GCGrace: gcGrace, DirLeaseTime: 10 * time.Second})
-	a := cl.Mount()
-	p := filepath.Join(a, "f")
-	data := randBytes(11, 2<<20+7)
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mustEqual(t, "first read (its open gets a lease)", readFileT(t, p), data)
-	f, err := os.Open(p) // under the lease
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ino := inoOf(t, f)
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
-	if a, err := cl.Client().GetAttr(t.Context(), ino); err != nil || a.Nlink != 0 {
-		t.Fatalf("the removed file still open, at the MDS: %v, %v", a, err)
-	}
-	time.Sleep(gcGrace + time.Second)
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(data))
-	if _, err := f.ReadAt(got, 0); err != nil {
-		t.Fatal(err)
-	}
-	mustEqual(t, "read after the unlink", got, data)
 }
