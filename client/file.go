@@ -81,6 +81,7 @@ type File struct {
 type upload struct {
 	off  int64
 	data []byte
+	buf  []byte // the pooled buffer data lies in, given back once committed
 	done bool
 	ref  *mdspb.ExtentRef
 	err  error
@@ -248,16 +249,20 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(f.dirty) == 0 {
 		f.dirtyOff = off
 		if f.dirty == nil {
-			f.dirty = make([]byte, 0, f.bufCap(off, len(p)))
+			f.dirty = f.c.bufs.Get(int(f.bufCap(off, len(p))))[:0]
 		}
 	}
 	rel := off - f.dirtyOff
 	if need := rel + int64(len(p)); need > int64(len(f.dirty)) {
 		if need > int64(cap(f.dirty)) {
-			nb := make([]byte, len(f.dirty), max(need, min(f.extMax, 2*int64(cap(f.dirty)))))
+			nb := f.c.bufs.Get(int(max(need, min(f.extMax, 2*int64(cap(f.dirty))))))[:len(f.dirty)]
 			copy(nb, f.dirty)
+			f.c.bufs.Put(f.dirty)
 			f.dirty = nb
 		}
+		// Pooled buffers hold old bytes, but no write leaves a gap: one
+		// that does not touch the buffer cut it above, so rel is at
+		// most len(f.dirty) and the copy below covers the new length.
 		f.dirty = f.dirty[:need]
 	}
 	copy(f.dirty[rel:], p)
@@ -273,9 +278,10 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 // bufCap is the capacity of a new write buffer for a write of n bytes at
 // off: a whole extent for a writer that streams (the write continues the
 // previous one), else room for the write rounded up to 64 KiB, grown by
-// doubling as later writes extend it. A buffer is zeroed when allocated,
-// so a random small write must not cost a whole extent's worth (16 MiB
-// for RS 4+2 with 1 MiB cells).
+// doubling as later writes extend it. Buffers come from the client's
+// pool (not zeroed, not faulted in again) and go back to it once their
+// upload is committed; a random small write must still not hold a whole
+// extent's worth (16 MiB for RS 4+2 with 1 MiB cells).
 func (f *File) bufCap(off int64, n int) int64 {
 	if off == f.wend {
 		return f.extMax
@@ -304,7 +310,9 @@ func (f *File) cutLocked(n int64) {
 	if n == 0 {
 		return
 	}
-	u := &upload{off: f.dirtyOff, data: f.dirty[:n:n]}
+	// The upload owns the whole buffer from here; what is left of it is
+	// copied to a new one.
+	u := &upload{off: f.dirtyOff, data: f.dirty[:n:n], buf: f.dirty}
 	sp := f.takeSpareLocked(n)
 	f.cut += n
 	rest := f.dirty[n:]
@@ -312,7 +320,7 @@ func (f *File) cutLocked(n int64) {
 	if len(rest) == 0 {
 		f.dirty = nil
 	} else {
-		f.dirty = append(make([]byte, 0, f.extMax), rest...)
+		f.dirty = append(f.c.bufs.Get(int(max(f.extMax, int64(len(rest)))))[:0], rest...)
 	}
 	f.inflight = append(f.inflight, u)
 	go func() {
@@ -364,6 +372,13 @@ func (f *File) commitLocked() {
 				f.ext = f.ext.insert(r)
 				f.c.metrics.writeBytes.Add(float64(r.GetLength()))
 			}
+		}
+		// Committed or failed, the uploads are done with their buffers,
+		// and readers overlay only those still in f.inflight (under
+		// f.mu, held here exclusively).
+		for _, u := range batch {
+			f.c.bufs.Put(u.buf)
+			u.buf, u.data = nil, nil
 		}
 		f.inflight = f.inflight[n:]
 		f.cond.Broadcast()

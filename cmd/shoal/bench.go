@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -24,6 +25,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	var asJSON, markdown bool
 	var replicas int
 	var tf tlsFlags
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench --dir D [--mds ADDR] [--mount MNT]",
 		Short: "Measure a cluster (or a local one it starts) next to the bare disk and a loopback FUSE mount",
@@ -81,6 +83,20 @@ as a plain table (docs/reliability.md).`,
 					return err
 				}
 			}
+			if cpuProfile != "" {
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					pf.Close()
+					return err
+				}
+				defer func() {
+					pprof.StopCPUProfile()
+					pf.Close()
+				}()
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			if replicas > 1 {
@@ -125,6 +141,8 @@ as a plain table (docs/reliability.md).`,
 	f.BoolVar(&asJSON, "json", false, "print the figures as a JSON array")
 	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown")
 	f.IntVar(&replicas, "mds-replicas", 1, "with N > 1: run the API workloads of --only (default meta) against a single MDS and a group of N members (shoal local --mds-replicas), side by side")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmark process (the API clients and the loopback daemon; not the cluster's servers: profile those with shoal local --metrics and /debug/pprof) to this file")
+	f.StringVar(&o.LocalMetrics, "local-metrics", "", "start the benchmark's own cluster with --metrics ADDR, to profile its servers during the run (ADDR/debug/pprof/profile)")
 	addTLSFlags(cmd, &tf)
 	cmd.MarkFlagRequired("dir")
 	return cmd

@@ -74,6 +74,10 @@ type Options struct {
 	// --sync-namespace: every namespace change durable before its reply
 	// (docs/fuse.md, "Durability").
 	SyncNamespace bool
+	// LocalMetrics, when set, starts the local cluster with --metrics
+	// LocalMetrics, so that its servers can be profiled during the run
+	// (/debug/pprof/profile).
+	LocalMetrics string
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
 	// Creds is the API clients' mutual TLS identity for the cluster at
@@ -207,7 +211,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.MDS == "" && o.Mount == "" {
 		r.progress("starting a local cluster: %s local --dir %s --mount %s --osts 6 --k 4 --m 2",
 			o.Binary, filepath.Join(dir, "cluster"), filepath.Join(dir, "mnt"))
-		local, err = startLocal(ctx, o.Binary, filepath.Join(dir, "cluster"), filepath.Join(dir, "mnt"), filepath.Join(dir, "cluster.log"), o.SyncNamespace)
+		var extra []string
+		if o.LocalMetrics != "" {
+			extra = append(extra, "--metrics", o.LocalMetrics)
+		}
+		local, err = startLocal(ctx, o.Binary, filepath.Join(dir, "cluster"), filepath.Join(dir, "mnt"), filepath.Join(dir, "cluster.log"), o.SyncNamespace, extra...)
 		if err != nil {
 			return nil, err
 		}
