@@ -91,15 +91,17 @@ func (l *ostLoad) balancePlan(ext *mdspb.Extent, k, m int) (out, in []int) {
 // whether it did; false (nothing swapped, or a chunk failed) leaves the
 // read to readRows' plain way.
 func (c *Client) readBalanced(ctx context.Context, ext *mdspb.Extent, r0, r1 int64, out []byte) bool {
+	// The plan first: most rows (every local one) are never balanced,
+	// and it needs only the extent's k and m, not its geometry.
+	skip, use := c.load.balancePlan(ext, int(ext.GetLayout().GetK()), int(ext.GetLayout().GetM()))
+	if len(skip) == 0 {
+		return false
+	}
 	sp, err := spanOf(ext, r0, r1, out)
 	if err != nil {
 		return false
 	}
 	lo := sp.g.Layout
-	skip, use := c.load.balancePlan(ext, lo.K, lo.M)
-	if len(skip) == 0 {
-		return false
-	}
 	parity := make([][]byte, lo.M)
 	have := make([]bool, lo.Shards())
 	failed := make([]bool, lo.Shards())

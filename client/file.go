@@ -312,9 +312,8 @@ func (f *File) cutLocked(n int64) {
 	}
 	// The upload owns the whole buffer from here; what is left of it is
 	// copied to a new one.
-	u := &upload{off: f.dirtyOff, data: f.dirty[:n:n], buf: f.dirty}
-	sp := f.takeSpareLocked(n)
-	f.cut += n
+	data, buf := f.dirty[:n:n], f.dirty
+	off := f.dirtyOff
 	rest := f.dirty[n:]
 	f.dirtyOff += n
 	if len(rest) == 0 {
@@ -322,6 +321,18 @@ func (f *File) cutLocked(n int64) {
 	} else {
 		f.dirty = append(f.c.bufs.Get(int(max(f.extMax, int64(len(rest)))))[:0], rest...)
 	}
+	f.startUploadLocked(off, data, buf)
+}
+
+// startUploadLocked queues the upload of data at file offset off and
+// starts it; buf (nil for bytes the file does not own) goes back to the
+// pool once the upload is committed. The caller has waited for room in
+// f.inflight. f.mu must be held exclusively.
+func (f *File) startUploadLocked(off int64, data, buf []byte) {
+	n := int64(len(data))
+	u := &upload{off: off, data: data, buf: buf}
+	sp := f.takeSpareLocked(n)
+	f.cut += n
 	f.inflight = append(f.inflight, u)
 	go func() {
 		ref, err := f.c.uploadExtent(f.ctx, f.ino, u.off, u.data, f.comp.Load(), sp)
@@ -377,7 +388,9 @@ func (f *File) commitLocked() {
 		// and readers overlay only those still in f.inflight (under
 		// f.mu, held here exclusively).
 		for _, u := range batch {
-			f.c.bufs.Put(u.buf)
+			if u.buf != nil {
+				f.c.bufs.Put(u.buf)
+			}
 			u.buf, u.data = nil, nil
 		}
 		f.inflight = f.inflight[n:]

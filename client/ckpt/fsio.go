@@ -132,7 +132,9 @@ func writePieces(ctx context.Context, f *client.File, p []byte, off int64, each 
 			}
 		}
 		n := min(len(p), pieceSize)
-		if _, err := f.WriteAt(ctx, p[:n], off); err != nil {
+		// Every caller keeps p unchanged until it closes f: whole
+		// extents go to the OSTs from p, not copied.
+		if _, err := f.WriteAtStable(ctx, p[:n], off); err != nil {
 			return err
 		}
 		p, off = p[n:], off+int64(n)
