@@ -10,19 +10,22 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/datanet"
 )
 
-// copyPool holds the piece buffers of CopyFile (pieceSize each), so that
-// a restore of many files reuses the memory of the first.
-var copyPool = sync.Pool{New: func() any { b := make([]byte, pieceSize); return &b }}
+// copyPool holds the piece buffers of CopyFile (pieceSize each, aligned
+// for O_DIRECT: a WriterAt may write them to a file opened so), so that a
+// restore of many files reuses the memory of the first.
+var copyPool = sync.Pool{New: func() any { b := datanet.AlignedBuf(pieceSize); return &b }}
 
 // CopyFile writes the bytes of one shard's file as stored (step may be
 // Latest) to w, checked against the manifest as ReadFile checks them,
 // without holding the file in memory: it is read in pieces of pieceSize,
 // readsPerShard of them in flight (the reads of Restore and ReadFile),
 // each written to w at its offset as soon as it arrives and hashed in
-// file order. A *CorruptError comes after w got the bytes: the caller
-// discards them (`shoal ckpt restore --to` writes each file under a
+// file order. Each piece handed to WriteAt starts at a multiple of
+// pieceSize, in a buffer aligned to datanet.Align. A *CorruptError comes
+// after w got the bytes: the caller discards them (`shoal ckpt restore --to` writes each file under a
 // temporary name and renames it only when CopyFile succeeds). w's
 // WriteAt is called from several goroutines at once. It returns the
 // shard's manifest entry and whether the bytes were checked (false for

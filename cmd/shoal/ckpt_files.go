@@ -28,7 +28,8 @@ import (
 // the advice to verify the step. A file shorter than mapMin is read.
 //
 // Restore streams each file (ckpt.Store.CopyFile) into a temporary file
-// beside its name, renamed once every byte checked out.
+// beside its name (aligned pieces with O_DIRECT: outFile), synced and
+// renamed once every byte checked out.
 
 // mapMin is the size from which save maps a file instead of reading it.
 const mapMin = 1 << 20
@@ -163,23 +164,28 @@ func (d *ckptDir) Close() {
 // ckptCopyOut copies shard name of job's step to the file p: streamed
 // (ckpt.Store.CopyFile: pieces written as they arrive, checked against
 // the manifest) into a temporary file beside p, renamed to p only once
-// every byte checked out, so that a failed restore leaves no file that
-// looks restored. It returns the file's size.
+// every byte checked out and is durable (fsync of the file, then of the
+// directory after the rename), so that neither a failed restore nor a
+// crash after one leaves a file that looks restored and is not. It
+// returns the file's size.
 func ckptCopyOut(ctx context.Context, s *ckpt.Store, job string, step int64, name, p string) (int64, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return 0, err
 	}
 	tmpName := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".restore-"+strconv.Itoa(os.Getpid()))
-	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp, err := createOut(tmpName)
 	if errors.Is(err, os.ErrExist) {
 		// The remains of a restore of this process id that died: ours now.
 		os.Remove(tmpName)
-		tmp, err = os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		tmp, err = createOut(tmpName)
 	}
 	if err != nil {
 		return 0, err
 	}
 	e, _, err := s.CopyFile(ctx, job, step, name, tmp)
+	if err == nil {
+		err = tmp.Sync()
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -188,6 +194,9 @@ func ckptCopyOut(ctx context.Context, s *ckpt.Store, job string, step int64, nam
 	}
 	if err != nil {
 		os.Remove(tmpName)
+		return 0, err
+	}
+	if err := syncDir(filepath.Dir(p)); err != nil {
 		return 0, err
 	}
 	return e.Size, nil
