@@ -25,8 +25,9 @@ var copyPool = sync.Pool{New: func() any { b := datanet.AlignedBuf(pieceSize); r
 // each written to w at its offset as soon as it arrives and hashed in
 // file order. Each piece handed to WriteAt starts at a multiple of
 // pieceSize, in a buffer aligned to datanet.Align. A *CorruptError comes
-// after w got the bytes: the caller discards them (`shoal ckpt restore --to` writes each file under a
-// temporary name and renames it only when CopyFile succeeds). w's
+// after w got the bytes: the caller discards them (`shoal ckpt restore
+// --to` writes each file under a temporary name and renames it only when
+// CopyFile succeeds). w's
 // WriteAt is called from several goroutines at once. It returns the
 // shard's manifest entry and whether the bytes were checked (false for
 // a checkpoint without a manifest).
