@@ -191,3 +191,30 @@ type deferred struct {
 	of  *openFile
 	ctx context.Context // RELEASE's, without its cancellation
 }
+
+// fillCached answers a read that is one whole block missing from the
+// cache from the block's own buffer (cache.Handle.Fill); nil, nil when
+// the read is not such a read.
+func (m *Mounted) fillCached(ctx context.Context, h *fileHandle, n int, off int64) (gofuse.ReadResult, error) {
+	if h.pt != nil {
+		return nil, nil
+	}
+	h.of.cmu.Lock()
+	ch := h.of.cache.h
+	h.of.cmu.Unlock()
+	if ch == nil {
+		return nil, nil
+	}
+	blk, ok, err := ch.Fill(ctx, n, off, h.of.f.ReadAt)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return blockResult{blk}, nil
+}
+
+// blockResult is a read's reply sent from a filled block's buffer.
+type blockResult struct{ b *cache.Block }
+
+func (r blockResult) Bytes([]byte) ([]byte, gofuse.Status) { return r.b.Data, gofuse.OK }
+func (r blockResult) Size() int                            { return len(r.b.Data) }
+func (r blockResult) Done()                                { r.b.Done() }

@@ -256,6 +256,12 @@ func (n *node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int
 	if h == nil {
 		return nil, syscall.EBADF
 	}
+	if r, err := n.m.fillCached(ctx, h, len(dest), off); r != nil || err != nil {
+		if err != nil {
+			return nil, n.m.errno("read", n.ino(), err)
+		}
+		return r, 0
+	}
 	nr, err := n.m.readCached(ctx, h, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.m.errno("read", n.ino(), err)

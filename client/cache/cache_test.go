@@ -116,3 +116,64 @@ func TestFillConcurrentAndCheckedOnce(t *testing.T) {
 	}
 	h.Release()
 }
+
+// TestFillWholeBlocks: Fill answers whole missing blocks (and the file's
+// short last block) from their own buffers with the right bytes, declines
+// reads that are not one missing block, and the blocks it filled are in
+// the data file (written with O_DIRECT where the file system takes it):
+// a second open is complete and reads nothing from the cluster.
+func TestFillWholeBlocks(t *testing.T) {
+	c := openT(t, t.TempDir())
+	defer c.Close()
+	const bs = 64 << 10
+	src := &source{data: make([]byte, 5*bs+777)}
+	rand.New(rand.NewSource(2)).Read(src.data)
+	var v Version
+	ctx := context.Background()
+	h := c.Open(7, v, int64(len(src.data)))
+	if _, ok, _ := h.Fill(ctx, bs, 100, src.read); ok {
+		t.Fatal("Fill took an unaligned read")
+	}
+	if _, ok, _ := h.Fill(ctx, 2*bs, 0, src.read); ok {
+		t.Fatal("Fill took a read of two blocks")
+	}
+	var blocks []*Block
+	for b := range 6 {
+		off := int64(b) * bs
+		blk, ok, err := h.Fill(ctx, bs, off, src.read)
+		if err != nil || !ok {
+			t.Fatalf("block %d: ok %v err %v", b, ok, err)
+		}
+		want := src.data[off:min(off+bs, int64(len(src.data)))]
+		if !bytes.Equal(blk.Data, want) {
+			t.Fatalf("block %d: wrong bytes", b)
+		}
+		blocks = append(blocks, blk)
+	}
+	if _, ok, _ := h.Fill(ctx, bs, 0, src.read); ok {
+		t.Fatal("Fill took a block already filled or being filled")
+	}
+	for _, blk := range blocks {
+		blk.Done()
+	}
+	// A read waits for the blocks' writes and is served from the cache.
+	reads := src.reads
+	if got := readAll(t, h, src, bs); !bytes.Equal(got, src.data) || src.reads != reads {
+		t.Fatalf("after the fills: right bytes %v, cluster reads %d (want none)", bytes.Equal(got, src.data), src.reads-reads)
+	}
+	if !h.Complete(ctx) {
+		t.Fatal("not complete after the fills")
+	}
+	if h.e.df == nil && !h.e.noDirect {
+		t.Fatal("whole blocks were not written through the O_DIRECT file")
+	}
+	h.Release()
+	h = c.Open(7, v, int64(len(src.data)))
+	defer h.Release()
+	if !h.Complete(ctx) {
+		t.Fatal("not complete on a second open")
+	}
+	if got := readAll(t, h, src, bs); !bytes.Equal(got, src.data) || src.reads != reads {
+		t.Fatalf("second open: right bytes %v, cluster reads %d (want none)", bytes.Equal(got, src.data), src.reads-reads)
+	}
+}

@@ -44,6 +44,11 @@ type entry struct {
 	reserved int64                   // bytes accounted in Cache.mu.used
 	dirty    bool                    // present, crc or used changed since the meta was written
 	f        *os.File
+	// df is the data file opened with O_DIRECT, for writing whole blocks
+	// around the page cache; nil until the first, or where the file
+	// system refuses O_DIRECT (noDirect).
+	df       *os.File
+	noDirect bool
 }
 
 // stamp identifies a data file's contents as the file system sees them:
@@ -102,6 +107,26 @@ func (e *entry) complete() bool {
 	return true
 }
 
+// waitFills waits for the fills of e in flight now (not for those
+// started later, so a file another reader is streaming does not hold the
+// caller up); false if ctx ends first.
+func (e *entry) waitFills(ctx context.Context) bool {
+	e.mu.Lock()
+	chs := make([]chan struct{}, 0, len(e.inflight))
+	for _, ch := range e.inflight {
+		chs = append(chs, ch)
+	}
+	e.mu.Unlock()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 // closeData closes the data file once the entry is unused, and stamps
 // it: what was verified stays so while the file keeps that stamp (the
 // next use checks it, and checks the blocks again when it changed).
@@ -119,6 +144,26 @@ func (e *entry) closeData() {
 	}
 	e.f.Close()
 	e.f = nil
+	if e.df != nil {
+		e.df.Close()
+		e.df = nil
+	}
+}
+
+// directFileLocked returns the data file opened with O_DIRECT, or nil
+// where the file system does not take it. The data file must be open
+// (dataFileLocked). Needs e.mu.
+func (e *entry) directFileLocked(c *Cache) *os.File {
+	if e.df != nil || e.noDirect {
+		return e.df
+	}
+	f, err := os.OpenFile(c.dataPath(e), os.O_WRONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		e.noDirect = true
+		return nil
+	}
+	e.df = f
+	return f
 }
 
 // checkStampLocked forgets what was verified unless the data file (st)
@@ -228,9 +273,10 @@ func (h *Handle) Release() {
 // them all first (reading the whole data file, unless this process
 // checked them already and the file has not changed since): a file it
 // reports complete may be handed to the kernel, whose reads are not
-// checked. A corrupt block drops the entry.
+// checked. A corrupt block drops the entry. Fills in flight (the last
+// reads' writes) are waited for.
 func (h *Handle) Complete(ctx context.Context) bool {
-	if h.bypass() || h.e.size == 0 || !h.e.complete() {
+	if h.bypass() || h.e.size == 0 || !h.e.waitFills(ctx) || !h.e.complete() {
 		return false
 	}
 	h.e.mu.Lock()
