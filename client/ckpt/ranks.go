@@ -203,12 +203,29 @@ func (s *Store) SaveRank(ctx context.Context, job string, step int64, rank, worl
 		out.Elapsed = s.o.Now().Sub(start)
 		return out, nil // a rank still writing commits
 	}
+	if err := s.hook(Point{Phase: PhaseMarker}); err != nil {
+		return nil, err
+	}
 	if _, err := s.c.CreateIn(ctx, st.Ino, rankCommitName, client.CreateOptions{Mode: fileMode, Exclusive: true}); err != nil {
 		if errors.Is(err, errs.ErrExists) {
 			out.Elapsed = s.o.Now().Sub(start)
 			return out, nil // the other rank that saw every part commits
 		}
 		return nil, fmt.Errorf("ckpt: take the commit: %w", err)
+	}
+	// The rank that commits removes the marker once the step is renamed
+	// into place, so a rank that listed every part before that and takes
+	// the marker after it holds a marker in the committed step: the
+	// staging name no longer names this directory.
+	if cur, err := s.c.Lookup(ctx, jobIno, staging); err != nil || cur.Ino != st.Ino {
+		if err != nil && !errors.Is(err, errs.ErrNotFound) {
+			return nil, fmt.Errorf("ckpt: look up the staging directory: %w", err)
+		}
+		if err := ignoreNotFound(s.c.UnlinkIn(ctx, st.Ino, rankCommitName)); err != nil {
+			return nil, fmt.Errorf("ckpt: remove a commit marker taken after the commit: %w", err)
+		}
+		out.Elapsed = s.o.Now().Sub(start)
+		return out, nil // another rank committed this step already
 	}
 	res, err := s.commitRanks(ctx, job, step, world, jobIno, staging, st.Ino, start, so)
 	if err != nil {

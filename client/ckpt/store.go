@@ -97,6 +97,7 @@ const (
 	PhaseWrite    = "write"    // a piece of a shard was handed to the client
 	PhaseClose    = "close"    // a shard file was flushed and closed
 	PhaseManifest = "manifest" // the manifest was written
+	PhaseMarker   = "marker"   // a rank saw every rank's part, before it takes the commit
 	PhaseCommit   = "commit"   // just before the commit's rename
 	PhaseDone     = "done"     // just after it, before retention
 )

@@ -124,3 +124,67 @@ func TestSaveRank(t *testing.T) {
 		t.Errorf("a committed step: %v, want ErrExists", err)
 	}
 }
+
+// TestSaveRankLateMarker: a rank that listed every part but takes the
+// commit marker only after another rank committed the step (and removed
+// the marker) must not commit again, and must leave no marker behind in
+// the committed step.
+func TestSaveRankLateMarker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP (-short): starts a cluster")
+	}
+	c := cluster.Start(t, cluster.Options{Dir: cluster.TmpfsDir(t), Layout: layout.Layout{K: 4, M: 2, Unit: 64 << 10}})
+	ctx := context.Background()
+	newStore := func(hook func(ckpt.Point) error) *ckpt.Store {
+		s, err := ckpt.New(c.Client(), ckpt.Options{Hook: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	shard := func(rank int) []ckpt.Shard {
+		return []ckpt.Shard{{Name: fmt.Sprintf("model-%05d-of-00002.safetensors", rank+1),
+			Tensors: []ckpt.Tensor{{Name: "w", DType: safetensors.U8, Shape: []int64{4096}, Data: bytes.Repeat([]byte{byte(rank + 1)}, 4096)}}}}
+	}
+	// Both parts in place, rank 1 lists them and stops before it takes
+	// the marker; rank 0 then lists, commits and removes the marker.
+	part0, atMarker, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	late := newStore(func(p ckpt.Point) error {
+		switch p.Phase {
+		case ckpt.PhaseManifest:
+			<-part0
+		case ckpt.PhaseMarker:
+			close(atMarker)
+			<-release
+		}
+		return nil
+	})
+	first := newStore(func(p ckpt.Point) error {
+		if p.Phase == ckpt.PhaseManifest {
+			close(part0)
+			<-atMarker
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	var lateOut *ckpt.RankResult
+	var lateErr error
+	wg.Go(func() { lateOut, lateErr = late.SaveRank(ctx, "job", 1, 1, 2, "", shard(1)) })
+	out, err := first.SaveRank(ctx, "job", 1, 0, 2, "", shard(0))
+	close(release)
+	wg.Wait()
+	if err != nil || !out.Committed {
+		t.Fatalf("rank 0: %+v %v, want it to commit", out, err)
+	}
+	if lateErr != nil || lateOut.Committed {
+		t.Fatalf("rank 1 (late to the marker): %+v %v, want no error and no commit", lateOut, lateErr)
+	}
+	cp, err := first.Restore(ctx, "job", 1)
+	if err != nil || len(cp.Shards) != 2 {
+		t.Fatalf("restore: %v (%d shards, want 2)", err, len(cp.Shards))
+	}
+	if rep, err := first.Verify(ctx, "job", 1); err != nil || len(rep.Unlisted) != 0 {
+		t.Fatalf("verify: %v, unlisted %v (the late marker should be gone)", err, rep.Unlisted)
+	}
+}
