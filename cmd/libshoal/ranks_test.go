@@ -25,14 +25,7 @@ func TestSaveRank(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Dir: cluster.TmpfsDir(t), Layout: layout.Layout{K: 4, M: 2, Unit: 64 << 10}})
 	ctx := context.Background()
 	stop := errors.New("stopped")
-	store := func(hook func(ckpt.Point) error) *ckpt.Store {
-		s, err := ckpt.New(c.Client(), ckpt.Options{Hook: hook})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	store := func(hook func(ckpt.Point) error) *ckpt.Store { return rankStore(t, c, hook) }
 	data := func(rank int) []byte { return bytes.Repeat([]byte{byte(rank + 1)}, 300<<10) }
 	shards := func(rank, world int) []ckpt.Shard {
 		return []ckpt.Shard{{Name: fmt.Sprintf("model-%05d-of-%05d.safetensors", rank+1, world),
@@ -135,14 +128,6 @@ func TestSaveRankLateMarker(t *testing.T) {
 	}
 	c := cluster.Start(t, cluster.Options{Dir: cluster.TmpfsDir(t), Layout: layout.Layout{K: 4, M: 2, Unit: 64 << 10}})
 	ctx := context.Background()
-	newStore := func(hook func(ckpt.Point) error) *ckpt.Store {
-		s, err := ckpt.New(c.Client(), ckpt.Options{Hook: hook})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
 	shard := func(rank int) []ckpt.Shard {
 		return []ckpt.Shard{{Name: fmt.Sprintf("model-%05d-of-00002.safetensors", rank+1),
 			Tensors: []ckpt.Tensor{{Name: "w", DType: safetensors.U8, Shape: []int64{4096}, Data: bytes.Repeat([]byte{byte(rank + 1)}, 4096)}}}}
@@ -150,7 +135,7 @@ func TestSaveRankLateMarker(t *testing.T) {
 	// Both parts in place, rank 1 lists them and stops before it takes
 	// the marker; rank 0 then lists, commits and removes the marker.
 	part0, atMarker, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	late := newStore(func(p ckpt.Point) error {
+	late := rankStore(t, c, func(p ckpt.Point) error {
 		switch p.Phase {
 		case ckpt.PhaseManifest:
 			<-part0
@@ -160,7 +145,7 @@ func TestSaveRankLateMarker(t *testing.T) {
 		}
 		return nil
 	})
-	first := newStore(func(p ckpt.Point) error {
+	first := rankStore(t, c, func(p ckpt.Point) error {
 		if p.Phase == ckpt.PhaseManifest {
 			close(part0)
 			<-atMarker
@@ -181,10 +166,25 @@ func TestSaveRankLateMarker(t *testing.T) {
 		t.Fatalf("rank 1 (late to the marker): %+v %v, want no error and no commit", lateOut, lateErr)
 	}
 	cp, err := first.Restore(ctx, "job", 1)
-	if err != nil || len(cp.Shards) != 2 {
-		t.Fatalf("restore: %v (%d shards, want 2)", err, len(cp.Shards))
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if len(cp.Shards) != 2 {
+		t.Fatalf("restore: %d shards, want 2", len(cp.Shards))
 	}
 	if rep, err := first.Verify(ctx, "job", 1); err != nil || len(rep.Unlisted) != 0 {
 		t.Fatalf("verify: %v, unlisted %v (the late marker should be gone)", err, rep.Unlisted)
 	}
+}
+
+// rankStore is a checkpoint store of its own client of c (a rank), with
+// hook, closed at the test's end.
+func rankStore(t *testing.T, c *cluster.Cluster, hook func(ckpt.Point) error) *ckpt.Store {
+	t.Helper()
+	s, err := ckpt.New(c.Client(), ckpt.Options{Hook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
