@@ -34,10 +34,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/internal/errs"
 )
@@ -57,6 +59,10 @@ type Options struct {
 	// Cluster names the cluster the entries belong to; a directory that
 	// holds another cluster's entries is emptied at Open. Required.
 	Cluster string
+	// FillMemory bounds the memory of fills not yet written to the cache
+	// directory (fill.go): a read that finds it taken is served without
+	// filling. Default DefaultFillMemory().
+	FillMemory int64
 	// FlushInterval is how often changed entries' metadata is written.
 	// Default 5s; Close writes the rest.
 	FlushInterval time.Duration
@@ -64,6 +70,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Registry receives the metrics (metrics.go); nil keeps none.
 	Registry prometheus.Registerer
+
+	// beforeWrite, when set (tests), runs in a writer before each block's
+	// write.
+	beforeWrite func(b int64)
 }
 
 func (o *Options) setDefaults() error {
@@ -76,6 +86,12 @@ func (o *Options) setDefaults() error {
 	if o.BlockSize < 4096 || o.BlockSize%4096 != 0 {
 		return fmt.Errorf("cache: block size %d is not a multiple of 4 KiB: %w", o.BlockSize, errs.ErrInvalid)
 	}
+	if o.FillMemory == 0 {
+		o.FillMemory = DefaultFillMemory()
+	}
+	if o.FillMemory < o.BlockSize {
+		return fmt.Errorf("cache: fill memory %d is under one block (%d): %w", o.FillMemory, o.BlockSize, errs.ErrInvalid)
+	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = 5 * time.Second
 	}
@@ -83,6 +99,17 @@ func (o *Options) setDefaults() error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// DefaultFillMemory is an eighth of the machine's memory, between 64 MiB
+// and 4 GiB: enough to hold a first epoch's fills while a cache disk that
+// writes slower than the cluster reads catches up.
+func DefaultFillMemory() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 256 << 20
+	}
+	return min(max(int64(si.Totalram)*int64(si.Unit)/8, 64<<20), 4<<30)
 }
 
 // Cache is a node-local read cache. It is safe for concurrent use.
@@ -95,9 +122,12 @@ type Cache struct {
 	stop chan struct{}
 	done chan struct{} // closed when the flusher has returned
 
-	bufs   sync.Pool        // of *[]byte, one block each (fill.go)
+	bufs   blockBufs        // one block each (bufs.go)
 	writes chan *blockWrite // filled blocks for the writers; closed by Close
-	wwg    sync.WaitGroup   // the writers
+	// pending and pendingN are the bytes and the number of fills in
+	// flight, bounded by FillMemory and cap(writes).
+	pending, pendingN atomic.Int64
+	wwg               sync.WaitGroup // the writers
 
 	// mu guards the fields in it and each entry's refs, elem and dropped.
 	mu struct {
@@ -138,8 +168,9 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		lock.Close()
 		return nil, err
 	}
+	c.bufs.start(o.BlockSize)
 	go c.flusher()
-	c.writes = make(chan *blockWrite, writeQueue)
+	c.writes = make(chan *blockWrite, max(64, 2*o.FillMemory/o.BlockSize))
 	for range writers {
 		c.wwg.Add(1)
 		go c.writer()
@@ -256,6 +287,8 @@ func (c *Cache) Close() error {
 	close(c.stop)
 	<-c.done
 	c.flush()
+	c.bufs.stop()
+	c.bufs.trim(0) // unless a reply still holds a buffer
 	return c.lock.Close()
 }
 
@@ -271,6 +304,7 @@ func (c *Cache) flusher() {
 			return
 		case <-t.C:
 			c.flush()
+			c.bufs.trim(trimIdle)
 		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func openT(t *testing.T, dir string) *Cache {
@@ -175,5 +178,64 @@ func TestFillWholeBlocks(t *testing.T) {
 	}
 	if got := readAll(t, h, src, bs); !bytes.Equal(got, src.data) || src.reads != reads {
 		t.Fatalf("second open: right bytes %v, cluster reads %d (want none)", bytes.Equal(got, src.data), src.reads-reads)
+	}
+}
+
+// TestFillMemoryBound: while the disk has not written the fills (the
+// writers held), readers of those blocks copy from the fills' buffers
+// without reading the cluster again, and a read that finds the fills'
+// memory taken is served from the cluster without filling and counted;
+// it is filled by a read once the memory is free.
+func TestFillMemoryBound(t *testing.T) {
+	const bs = 64 << 10
+	gate := make(chan struct{})
+	c, err := Open(context.Background(), Options{Dir: t.TempDir(), Size: 64 << 20, BlockSize: bs, Cluster: "test",
+		FillMemory: 2 * bs, beforeWrite: func(int64) { <-gate }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src := &source{data: make([]byte, 3*bs)}
+	rand.New(rand.NewSource(3)).Read(src.data)
+	h := c.Open(1, Version{}, int64(len(src.data)))
+	defer h.Release()
+	ctx := context.Background()
+	read := func(off, n int) {
+		t.Helper()
+		p := make([]byte, n)
+		if _, err := h.ReadAt(ctx, p, int64(off), src.read); err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(p, src.data[off:off+n]) {
+			t.Fatalf("read %d at %d: wrong bytes", n, off)
+		}
+	}
+	read(0, 2*bs) // fills blocks 0 and 1: the fill memory is taken
+	if got := src.reads; got != 2 {
+		t.Fatalf("cluster reads after filling 2 blocks: %d", got)
+	}
+	read(4096, bs) // the rest of block 0 and the head of block 1, from the fills in flight
+	if got := src.reads; got != 2 {
+		t.Fatalf("a read of blocks in flight read the cluster: %d reads", got)
+	}
+	read(2*bs, bs) // block 2: no memory for its fill
+	if got, want := testutil.ToFloat64(c.met.skipped), 1.0; got != want {
+		t.Fatalf("fills skipped %v, want %v", got, want)
+	}
+	if h.Complete(ctx) {
+		t.Fatal("complete with block 2 never filled")
+	}
+	close(gate)
+	for deadline := time.Now().Add(10 * time.Second); c.pending.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fills of blocks 0 and 1 were not written")
+		}
+	}
+	read(2*bs, bs) // fills it now that blocks 0 and 1 were written
+	if !h.Complete(ctx) {
+		t.Fatal("not complete after every block was filled")
+	}
+	if got := testutil.ToFloat64(c.met.pending); got != 0 {
+		t.Fatalf("pending fill bytes %v after the writes", got)
 	}
 }

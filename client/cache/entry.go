@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,10 +40,10 @@ type entry struct {
 	// verified: checked (or filled) by this process, and the data file
 	// has not changed since (its stamp is still checked).
 	verified []bool
-	checked  stamp                   // the data file as it was when last unused; zero: unknown
-	inflight map[int64]chan struct{} // blocks being filled (read, then written)
-	reserved int64                   // bytes accounted in Cache.mu.used
-	dirty    bool                    // present, crc or used changed since the meta was written
+	checked  stamp                 // the data file as it was when last unused; zero: unknown
+	inflight map[int64]*blockWrite // blocks being filled (read, then written)
+	reserved int64                 // bytes accounted in Cache.mu.used
+	dirty    bool                  // present, crc or used changed since the meta was written
 	f        *os.File
 	// df is the data file opened with O_DIRECT, for writing whole blocks
 	// around the page cache; nil until the first, or where the file
@@ -69,7 +70,7 @@ func newEntry(ino, gen uint64, v Version, size, bs int64) *entry {
 	n := (size + bs - 1) / bs
 	return &entry{ino: ino, gen: gen, version: v, size: size, bs: bs,
 		present: make([]bool, n), crc: make([]uint32, n), verified: make([]bool, n),
-		inflight: map[int64]chan struct{}{}}
+		inflight: map[int64]*blockWrite{}}
 }
 
 func (e *entry) blockLen(b int64) int64 { return min(e.bs, e.size-b*e.bs) }
@@ -95,6 +96,23 @@ func (e *entry) allVerifiedLocked() bool {
 	return true
 }
 
+// completeWait bounds how long Complete waits for the writes of a file's
+// last fills (behind a disk slower than the reads: fill.go) before it
+// answers that the file is not complete.
+const completeWait = time.Second
+
+// covered reports whether every block is present or being filled.
+func (e *entry) covered() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for b, p := range e.present {
+		if _, in := e.inflight[int64(b)]; !p && !in {
+			return false
+		}
+	}
+	return true
+}
+
 // complete reports whether every block is present.
 func (e *entry) complete() bool {
 	e.mu.Lock()
@@ -113,8 +131,8 @@ func (e *entry) complete() bool {
 func (e *entry) waitFills(ctx context.Context) bool {
 	e.mu.Lock()
 	chs := make([]chan struct{}, 0, len(e.inflight))
-	for _, ch := range e.inflight {
-		chs = append(chs, ch)
+	for _, w := range e.inflight {
+		chs = append(chs, w.done)
 	}
 	e.mu.Unlock()
 	for _, ch := range chs {
@@ -276,7 +294,12 @@ func (h *Handle) Release() {
 // checked. A corrupt block drops the entry. Fills in flight (the last
 // reads' writes) are waited for.
 func (h *Handle) Complete(ctx context.Context) bool {
-	if h.bypass() || h.e.size == 0 || !h.e.waitFills(ctx) || !h.e.complete() {
+	if h.bypass() || h.e.size == 0 || !h.e.covered() {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, completeWait)
+	defer cancel()
+	if !h.e.waitFills(wctx) || !h.e.complete() {
 		return false
 	}
 	h.e.mu.Lock()

@@ -5,19 +5,19 @@ import (
 	"hash/crc32"
 	"io"
 	"sync/atomic"
-	"unsafe"
 )
 
 // Fills. A block missing from the cache is read from the cluster into a
-// pooled buffer, copied to the reader and checksummed; writing it to the
-// data file is left to the cache's writers, off the reader's path. The
-// block stays in flight (other readers of it wait) until it is written.
-// When the writers are behind (writeQueue blocks queued), the reader
-// writes the block itself.
-
-// writeQueue bounds the blocks waiting for a writer (their buffers: 64
-// MiB at the default block size).
-const writeQueue = 64
+// pooled buffer and copied to the reader; checksumming it and writing it
+// to the data file are left to the cache's writers, off the reader's path. Until
+// it is written the block is in flight: other readers of it wait for its
+// read, then copy from its buffer. A reader never waits for the cache's
+// disk: the buffers of fills not yet written are bounded by
+// Options.FillMemory, and a read that finds them all taken is served
+// without filling (counted in shoal_client_cache_fills_skipped_total; a
+// later read fills the block). So a disk that writes slower than the
+// cluster reads (this machine's: 330-480 MiB/s against 900, docs/cache.md)
+// costs the first read nothing; the fill ends behind it.
 
 // writers is the number of goroutines writing filled blocks. Whole blocks
 // are written with O_DIRECT, each write waiting on the device, so several
@@ -25,17 +25,24 @@ const writeQueue = 64
 // 4 and 8).
 const writers = 8
 
-// blockWrite is a filled block on its way to the data file.
+// blockWrite is a block being filled: read from the cluster, then on its
+// way to the data file. It is e.inflight[b] until the fill ends.
 type blockWrite struct {
-	e      *entry
-	b      int64
-	buf    *[]byte // pooled; the block's bytes are (*buf)[:n]
-	n      int64
-	sum    uint32
-	ch     chan struct{} // the block's e.inflight channel
-	queued bool          // holds a reference to e (queueWrite)
-	// users of buf: the write, and a reader replying from it (Fill);
-	// the last to finish returns it to the pool.
+	e   *entry
+	b   int64
+	buf *[]byte // pooled; the block's bytes are (*buf)[:n]
+	n   int64
+	sum uint32
+	// read is closed once the cluster's read ended: ok (set before) says
+	// buf holds the block.
+	read chan struct{}
+	ok   bool
+	// done is closed once the fill ended: the block written (present) or
+	// dropped.
+	done   chan struct{}
+	queued bool // holds a reference to e (queueWrite)
+	// users of buf: the fill (until written), and readers copying or
+	// replying from it (Fill); the last to finish returns it to the pool.
 	users atomic.Int32
 }
 
@@ -46,18 +53,10 @@ func (w *blockWrite) release(c *Cache) {
 	}
 }
 
-// getBuf returns a pooled buffer of one block, aligned to 4 KiB.
-func (c *Cache) getBuf() *[]byte {
-	if bp, ok := c.bufs.Get().(*[]byte); ok {
-		return bp
-	}
-	raw := make([]byte, c.o.BlockSize+4096)
-	skip := int(-uintptr(unsafe.Pointer(&raw[0])) & 4095)
-	b := raw[skip : skip+int(c.o.BlockSize)]
-	return &b
-}
+// getBuf returns a pooled buffer of one block, aligned to 4 KiB (bufs.go).
+func (c *Cache) getBuf() *[]byte { return c.bufs.get() }
 
-func (c *Cache) putBuf(bp *[]byte) { c.bufs.Put(bp) }
+func (c *Cache) putBuf(bp *[]byte) { c.bufs.put(bp) }
 
 // writer writes queued blocks until Close closes the queue.
 func (c *Cache) writer() {
@@ -67,8 +66,61 @@ func (c *Cache) writer() {
 	}
 }
 
+// startFill takes Options.FillMemory room for a fill of n bytes and
+// marks block b of e in flight; nil when the room is taken (the read is
+// served without filling) or the block is busy or present (busy true).
+func (h *Handle) startFill(b, n int64) (w *blockWrite, busy bool) {
+	e := h.e
+	e.mu.Lock()
+	if _, in := e.inflight[b]; in || e.present[b] {
+		e.mu.Unlock()
+		return nil, true
+	}
+	if h.c.pending.Add(n) > h.c.o.FillMemory || h.c.pendingN.Add(1) > int64(cap(h.c.writes)) {
+		h.c.pending.Add(-n)
+		h.c.pendingN.Add(-1)
+		e.mu.Unlock()
+		h.c.met.skipped.Inc()
+		return nil, false
+	}
+	w = &blockWrite{e: e, b: b, n: n, read: make(chan struct{}), done: make(chan struct{})}
+	w.users.Store(1)
+	e.inflight[b] = w
+	e.mu.Unlock()
+	h.c.met.pending.Add(float64(n))
+	if !h.c.reserve(e, n) {
+		h.c.warn("full", "cache: full of files in use; reading without caching", "ino", e.ino)
+		h.c.met.errors.WithLabelValues("full").Inc()
+		h.c.endFill(w, false, false)
+		return nil, false
+	}
+	return w, false
+}
+
+// readFill reads w's block from the cluster into a pooled buffer and
+// hands it to the writers; the cluster's error (the fill ended) when the
+// read fails.
+func (h *Handle) readFill(ctx context.Context, w *blockWrite, read ReadFunc) error {
+	w.buf = h.c.getBuf()
+	data := (*w.buf)[:w.n]
+	if err := readFull(ctx, read, data, w.b*h.e.bs); err != nil {
+		h.c.unreserve(h.e, w.n)
+		h.c.endFill(w, false, false)
+		return err
+	}
+	w.ok = true
+	close(w.read)
+	if !h.c.queueWrite(w) {
+		// Closing: the block is not cached.
+		h.c.unreserve(h.e, w.n)
+		h.c.endFill(w, false, true)
+	}
+	return nil
+}
+
 // queueWrite hands w to a writer, with a reference to its entry; false
-// when the writers are behind or the cache is closing.
+// when the cache is closing. The queue holds every fill FillMemory
+// allows, so it does not block.
 func (c *Cache) queueWrite(w *blockWrite) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -76,14 +128,9 @@ func (c *Cache) queueWrite(w *blockWrite) bool {
 		return false
 	}
 	w.queued = true
-	select {
-	case c.writes <- w:
-		w.e.refs++
-		return true
-	default:
-		w.queued = false
-		return false
-	}
+	w.e.refs++
+	c.writes <- w
+	return true
 }
 
 // writeBlock writes w to its data file and marks the block present, or
@@ -100,6 +147,12 @@ func (c *Cache) writeBlock(w *blockWrite) {
 		}
 	}
 	e.mu.Unlock()
+	if c.o.beforeWrite != nil {
+		c.o.beforeWrite(w.b)
+	}
+	// The checksum is the writer's work, not the reader's: on a machine
+	// with few CPUs the reply goes out first.
+	w.sum = crc32.Checksum((*w.buf)[:w.n], castagnoli)
 	if err == nil {
 		_, err = f.WriteAt((*w.buf)[:w.n], w.b*e.bs)
 	}
@@ -107,26 +160,58 @@ func (c *Cache) writeBlock(w *blockWrite) {
 		c.unreserve(e, w.n)
 		c.fail(e, "io", "cache: write data file; reading without caching", err)
 	} else {
-		e.mu.Lock()
-		e.present[w.b], e.crc[w.b], e.verified[w.b] = true, w.sum, true
-		e.dirty = true
-		e.mu.Unlock()
 		c.met.fills.Inc()
 		c.met.fillBytes.Add(float64(w.n))
 	}
-	w.release(c)
-	e.endFill(w.b, w.ch)
+	c.endFill(w, err == nil, true)
 	if w.queued {
 		c.release(e)
 	}
 }
 
-// endFill ends the fill of block b, whose in-flight channel is ch.
-func (e *entry) endFill(b int64, ch chan struct{}) {
+// endFill ends the fill w: the block present (written) or not, and the
+// buffer's fill use released (read: the read had filled it).
+func (c *Cache) endFill(w *blockWrite, written, read bool) {
+	e := w.e
 	e.mu.Lock()
-	delete(e.inflight, b)
+	if written {
+		e.present[w.b], e.crc[w.b], e.verified[w.b] = true, w.sum, true
+		e.dirty = true
+	}
+	delete(e.inflight, w.b)
 	e.mu.Unlock()
-	close(ch)
+	c.pending.Add(-w.n)
+	c.pendingN.Add(-1)
+	c.met.pending.Sub(float64(w.n))
+	if !read {
+		close(w.read)
+	}
+	close(w.done)
+	if w.buf != nil {
+		w.release(c)
+	}
+}
+
+// fromFlight copies file bytes [pos, pos+len(dst)) of block b from the
+// buffer of its fill in flight, w, once read; false when the fill ended
+// without it (written meanwhile, or its read failed): look again.
+func (h *Handle) fromFlight(ctx context.Context, w *blockWrite, pos int64, dst []byte) (bool, error) {
+	select {
+	case <-w.read:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	e := h.e
+	e.mu.Lock()
+	if !w.ok || e.inflight[w.b] != w {
+		e.mu.Unlock()
+		return false, nil
+	}
+	w.users.Add(1) // in flight: the fill's own use still holds buf
+	e.mu.Unlock()
+	copy(dst, (*w.buf)[pos-w.b*e.bs:w.n])
+	w.release(h.c)
+	return true, nil
 }
 
 // ReadAt reads len(p) file bytes at off: present blocks from the cache,
@@ -174,8 +259,9 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64, read ReadFunc)
 }
 
 // serveBlock copies file bytes [pos, pos+len(dst)) of block b into dst,
-// from the cache when present, else filling the block from read. It
-// reports whether the bytes came from the cache.
+// from the cache when present or in flight, else filling the block from
+// read (or reading it without filling when the fills' memory is taken).
+// It reports whether the bytes came from the cache.
 func (h *Handle) serveBlock(ctx context.Context, b, pos int64, dst []byte, buf **[]byte, read ReadFunc) (bool, error) {
 	e := h.e
 	bstart := b * e.bs
@@ -184,14 +270,13 @@ func (h *Handle) serveBlock(ctx context.Context, b, pos int64, dst []byte, buf *
 			return false, readFull(ctx, read, dst, pos)
 		}
 		e.mu.Lock()
-		if ch, ok := e.inflight[b]; ok {
+		if w, ok := e.inflight[b]; ok {
 			e.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return false, ctx.Err()
+			got, err := h.fromFlight(ctx, w, pos, dst)
+			if got || err != nil {
+				return got, err
 			}
+			continue
 		}
 		if e.present[b] {
 			checked := e.verified[b]
@@ -219,43 +304,23 @@ func (h *Handle) serveBlock(ctx context.Context, b, pos int64, dst []byte, buf *
 			copy(dst, blk[pos-bstart:])
 			return true, nil
 		}
-		ch := make(chan struct{})
-		e.inflight[b] = ch
 		e.mu.Unlock()
-		return false, h.fill(ctx, b, pos, dst, ch, read)
+		w, busy := h.startFill(b, e.blockLen(b))
+		if busy {
+			continue
+		}
+		if w == nil {
+			return false, readFull(ctx, read, dst, pos)
+		}
+		w.users.Add(1) // this reader's: a writer may be done before the copy
+		if err := h.readFill(ctx, w, read); err != nil {
+			w.release(h.c)
+			return false, err
+		}
+		copy(dst, (*w.buf)[pos-bstart:w.n])
+		w.release(h.c)
+		return false, nil
 	}
-}
-
-// fill reads block b from the cluster, copies the part at pos into dst
-// and has the block written to the data file with its checksum (by a
-// writer, or here when they are behind); the fill ends (ch closes) once it
-// is written. Only a read error of the cluster is returned; a cache that
-// cannot take the block is bypassed.
-func (h *Handle) fill(ctx context.Context, b, pos int64, dst []byte, ch chan struct{}, read ReadFunc) error {
-	e := h.e
-	n := e.blockLen(b)
-	if !h.c.reserve(e, n) {
-		e.endFill(b, ch)
-		h.c.warn("full", "cache: full of files in use; reading without caching", "ino", e.ino)
-		h.c.met.errors.WithLabelValues("full").Inc()
-		return readFull(ctx, read, dst, pos)
-	}
-	bp := h.c.getBuf()
-	blk := (*bp)[:n]
-	bstart := b * e.bs
-	if err := readFull(ctx, read, blk, bstart); err != nil {
-		h.c.putBuf(bp)
-		h.c.unreserve(e, n)
-		e.endFill(b, ch)
-		return err
-	}
-	copy(dst, blk[pos-bstart:])
-	w := &blockWrite{e: e, b: b, buf: bp, n: n, sum: crc32.Checksum(blk, castagnoli), ch: ch}
-	w.users.Store(1)
-	if !h.c.queueWrite(w) {
-		h.c.writeBlock(w)
-	}
-	return nil
 }
 
 // readFull reads exactly len(p) bytes at off: the caller has clipped the
@@ -287,8 +352,8 @@ func (b *Block) Done() { b.w.release(b.c) }
 // read from the cluster into a buffer the reply is sent from and the
 // cache file's write is made from, with no copy between them. ok is false
 // when the read is not such a read (other blocks, a block present or
-// being filled, a bypassed or full cache): ReadAt serves it then. An
-// error is the cluster's.
+// being filled, a bypassed cache, the fills' memory taken): ReadAt serves
+// it then. An error is the cluster's.
 func (h *Handle) Fill(ctx context.Context, n int, off int64, read ReadFunc) (blk *Block, ok bool, err error) {
 	e := h.e
 	if h.bypass() || off < 0 || off%e.bs != 0 || off >= e.size {
@@ -299,31 +364,15 @@ func (h *Handle) Fill(ctx context.Context, n int, off int64, read ReadFunc) (blk
 	if int64(n) != bl && (int64(n) < bl || off+bl != e.size) {
 		return nil, false, nil
 	}
-	e.mu.Lock()
-	if _, busy := e.inflight[b]; busy || e.present[b] {
-		e.mu.Unlock()
-		return nil, false, nil
-	}
-	ch := make(chan struct{})
-	e.inflight[b] = ch
-	e.mu.Unlock()
-	if !h.c.reserve(e, bl) {
-		e.endFill(b, ch)
+	w, _ := h.startFill(b, bl)
+	if w == nil {
 		return nil, false, nil
 	}
 	h.c.met.misses.Inc()
-	bp := h.c.getBuf()
-	data := (*bp)[:bl]
-	if err := readFull(ctx, read, data, off); err != nil {
-		h.c.putBuf(bp)
-		h.c.unreserve(e, bl)
-		e.endFill(b, ch)
+	w.users.Add(1) // the reply's
+	if err := h.readFill(ctx, w, read); err != nil {
+		w.release(h.c)
 		return nil, true, err
 	}
-	w := &blockWrite{e: e, b: b, buf: bp, n: bl, sum: crc32.Checksum(data, castagnoli), ch: ch}
-	w.users.Store(2)
-	if !h.c.queueWrite(w) {
-		h.c.writeBlock(w)
-	}
-	return &Block{Data: data, c: h.c, w: w}, true, nil
+	return &Block{Data: (*w.buf)[:bl], c: h.c, w: w}, true, nil
 }

@@ -14,6 +14,8 @@ type metrics struct {
 	passthrough      prometheus.Counter
 	errors           *prometheus.CounterVec // degradations by kind: full, corrupt, io
 	used, entries    prometheus.Gauge
+	skipped          prometheus.Counter // fills not made: FillMemory taken
+	pending          prometheus.Gauge   // bytes of fills in flight
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Opens served by the kernel from a cached file (FUSE passthrough)."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shoal_client_cache_errors_total",
 			Help: "Times the cache was bypassed, by kind: full (no room), corrupt (checksum mismatch), io (disk error)."}, []string{"kind"}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "shoal_client_cache_fills_skipped_total",
+			Help: "Blocks read without filling them into the node-local cache: the memory for fills not yet written (--cache-fill-memory) was taken."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shoal_client_cache_fill_pending_bytes",
+			Help: "Bytes of blocks read for the node-local cache and not yet written to it."}),
 		used: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shoal_client_cache_used_bytes",
 			Help: "Bytes of blocks in the node-local cache."}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shoal_client_cache_files",
@@ -48,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.hits, m.misses, m.hitBytes, m.fills, m.fillBytes, m.evictions, m.stale,
-			m.invalidations, m.passthrough, m.errors, m.used, m.entries)
+			m.invalidations, m.passthrough, m.errors, m.used, m.entries, m.skipped, m.pending)
 	}
 	return m
 }

@@ -24,12 +24,15 @@ import (
 // cacheFlags are --cache-dir, --cache-size and --cache-passthrough.
 type cacheFlags struct {
 	dir, size     string
+	fillMemory    string
 	noPassthrough bool
 }
 
 func addCacheFlags(cmd *cobra.Command, cf *cacheFlags) {
 	cmd.Flags().StringVar(&cf.dir, "cache-dir", "", "directory of the node-local read cache (empty: no cache); kept across mounts")
 	cmd.Flags().StringVar(&cf.size, "cache-size", "10GiB", "bound of the node-local read cache, e.g. 500GiB; the least recently used files are evicted")
+	cmd.Flags().StringVar(&cf.fillMemory, "cache-fill-memory", "auto",
+		"memory for blocks read and not yet written to the cache directory (auto: an eighth of the machine's, 64MiB-4GiB); a read that finds it taken is not cached, never slowed")
 	cmd.Flags().BoolVar(&cf.noPassthrough, "cache-no-passthrough", false,
 		"serve cached files from the daemon, never by kernel passthrough (with passthrough, opening for writing a file open for reading on the same node fails with EIO)")
 }
@@ -38,6 +41,9 @@ func addCacheFlags(cmd *cobra.Command, cf *cacheFlags) {
 func cacheChecks(cmd *cobra.Command, _ []string) []string {
 	if n, err := bench.ParseSize(flagString(cmd, "cache-size")); err != nil || n <= 0 {
 		return []string{fmt.Sprintf("cache-size: %q: want a size such as 100GiB", flagString(cmd, "cache-size"))}
+	}
+	if _, err := parseFillMemory(flagString(cmd, "cache-fill-memory")); err != nil {
+		return []string{err.Error()}
 	}
 	return nil
 }
@@ -51,11 +57,29 @@ func (cf cacheFlags) open(ctx context.Context, c *client.Client, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("--cache-size: %w", err)
 	}
+	fill, err := parseFillMemory(cf.fillMemory)
+	if err != nil {
+		return nil, err
+	}
 	id, err := c.ClusterIdentity(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	return cache.Open(ctx, cache.Options{Dir: cf.dir, Size: size, Cluster: id, Logger: log.With("proc", "cache"), Registry: reg})
+	return cache.Open(ctx, cache.Options{Dir: cf.dir, Size: size, FillMemory: fill, Cluster: id,
+		Logger: log.With("proc", "cache"), Registry: reg})
+}
+
+// parseFillMemory parses --cache-fill-memory: 0 for auto (the cache's
+// default).
+func parseFillMemory(s string) (int64, error) {
+	if s == "" || s == "auto" {
+		return 0, nil
+	}
+	n, err := bench.ParseSize(s)
+	if err != nil || n < 1<<20 {
+		return 0, fmt.Errorf("cache-fill-memory: %q: want auto or a size of 1MiB or more, such as 2GiB", s)
+	}
+	return n, nil
 }
 
 func newCacheCmd(g *globals) *cobra.Command {
