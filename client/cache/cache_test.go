@@ -238,4 +238,7 @@ func TestFillMemoryBound(t *testing.T) {
 	if got := testutil.ToFloat64(c.met.pending); got != 0 {
 		t.Fatalf("pending fill bytes %v after the writes", got)
 	}
+	if got := c.pendingN.Load(); got != 0 {
+		t.Fatalf("%d fills counted in flight after the writes", got)
+	}
 }

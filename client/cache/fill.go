@@ -76,7 +76,8 @@ func (h *Handle) startFill(b, n int64) (w *blockWrite, busy bool) {
 		e.mu.Unlock()
 		return nil, true
 	}
-	if h.c.pending.Add(n) > h.c.o.FillMemory || h.c.pendingN.Add(1) > int64(cap(h.c.writes)) {
+	bytes, count := h.c.pending.Add(n), h.c.pendingN.Add(1)
+	if bytes > h.c.o.FillMemory || count > int64(cap(h.c.writes)) {
 		h.c.pending.Add(-n)
 		h.c.pendingN.Add(-1)
 		e.mu.Unlock()
