@@ -3,9 +3,10 @@ package cache
 import (
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shoalfs/shoal/internal/datanet"
 )
 
 // blockBufs is the cache's pool of block buffers. A first read behind a
@@ -51,7 +52,7 @@ func (p *blockBufs) stop() {
 func (p *blockBufs) grower() {
 	defer p.wg.Done()
 	for range p.grow {
-		r := p.mapRegion()
+		r := p.mapRegion(true)
 		p.mu.Lock()
 		if r != nil {
 			p.addRegionLocked(r)
@@ -98,28 +99,32 @@ func (p *blockBufs) put(bp *[]byte) {
 }
 
 // growLocked adds a region's buffers to the free list, or one buffer from
-// the Go heap when the mapping fails.
+// the Go heap when the mapping fails. It runs under the pool's lock, in a
+// get that found no free buffer, so it maps without touching: the pages
+// fault in as the caller's read fills them (only the grower, outside the
+// lock, touches ahead).
 func (p *blockBufs) growLocked() {
-	if r := p.mapRegion(); r != nil {
+	if r := p.mapRegion(false); r != nil {
 		p.addRegionLocked(r)
 		return
 	}
-	raw := make([]byte, p.bs+4096)
-	skip := int(-uintptr(unsafe.Pointer(&raw[0])) & 4095)
-	b := raw[skip : skip+int(p.bs)]
+	b := datanet.AlignedBuf(int(p.bs))
 	p.free = append(p.free, &b)
 }
 
-// mapRegion maps a region and touches its pages; nil if it cannot.
-func (p *blockBufs) mapRegion() []byte {
+// mapRegion maps a region, touching its pages when touch is set; nil if
+// it cannot.
+func (p *blockBufs) mapRegion(touch bool) []byte {
 	size := max(regionBytes/p.bs, 1) * p.bs
 	r, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return nil
 	}
 	_ = unix.Madvise(r, unix.MADV_HUGEPAGE) // a hint: kernels without THP map small pages
-	for i := 0; i < len(r); i += 4096 {
-		r[i] = 0
+	if touch {
+		for i := 0; i < len(r); i += 4096 {
+			r[i] = 0
+		}
 	}
 	return r
 }

@@ -210,9 +210,15 @@ func (h *Handle) fromFlight(ctx context.Context, w *blockWrite, pos int64, dst [
 	}
 	w.users.Add(1) // in flight: the fill's own use still holds buf
 	e.mu.Unlock()
-	copy(dst, (*w.buf)[pos-w.b*e.bs:w.n])
-	w.release(h.c)
+	w.copyOut(h.c, dst, pos-w.b*e.bs)
 	return true, nil
+}
+
+// copyOut copies the fill's bytes from in, the offset in its block, into
+// dst and gives back the caller's use of the buffer.
+func (w *blockWrite) copyOut(c *Cache, dst []byte, in int64) {
+	copy(dst, (*w.buf)[in:w.n])
+	w.release(c)
 }
 
 // ReadAt reads len(p) file bytes at off: present blocks from the cache,
@@ -318,8 +324,7 @@ func (h *Handle) serveBlock(ctx context.Context, b, pos int64, dst []byte, buf *
 			w.release(h.c)
 			return false, err
 		}
-		copy(dst, (*w.buf)[pos-bstart:w.n])
-		w.release(h.c)
+		w.copyOut(h.c, dst, pos-bstart)
 		return false, nil
 	}
 }
