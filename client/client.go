@@ -242,6 +242,7 @@ type Client struct {
 	leases    dirLeases     // dirlease.go
 	early     earlyCount    // early namespace replies, for SyncNamespace (namespace.go)
 	lookups   lookupBatcher // lookups batched at the MDS (lookupbatch.go)
+	ahead     openAhead     // chunk files opened ahead of readers (openahead.go)
 	closed    atomic.Bool   // set by Close and Abandon
 	closeOnce sync.Once
 	closeErr  error
@@ -276,6 +277,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	c.leases.off = o.NoDirLeases
 	c.leases.dirs = map[uint64]*dirState{}
 	c.leases.renew = c.renew
+	c.ahead.init()
 	if _, err := c.mds.GetAttr(ctx, &mdspb.GetAttrRequest{Ino: RootIno}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client: MDS %s: %w", addr, err)
@@ -298,6 +300,7 @@ func (c *Client) Close() error {
 		}
 		c.closeErr = c.closeConns()
 		c.lookups.wg.Wait()
+		c.ahead.wg.Wait()
 	})
 	return c.closeErr
 }

@@ -43,7 +43,8 @@ type File struct {
 	handleMu     sync.Mutex
 	handleClosed bool // Close took the handle (guarded by handleMu)
 
-	lastEnd atomic.Int64 // end of the last read, for sequential detection
+	lastEnd  atomic.Int64 // end of the last read, for sequential detection
+	openedTo atomic.Int64 // file offset up to which chunks were opened ahead (openahead.go)
 	// writeNs is the time of the last WriteAt (0: none since open): the
 	// file's mtime once its writes commit.
 	writeNs atomic.Int64
@@ -669,6 +670,9 @@ func (f *File) readAheadLocked(end int64) {
 		return
 	}
 	limit := min(end+ahead, f.size)
+	// The chunks of the next two windows' extents are opened now, so
+	// that their rows, fetched ahead later, do not wait for the opens.
+	f.openAheadLocked(limit, min(limit+2*ahead, f.size))
 	for _, r := range f.ext.overlapping(uint64(end), uint64(limit)) {
 		if compressed(r.GetExtent()) { // compress.go
 			s := max(end, int64(r.GetFileOff()))

@@ -466,3 +466,30 @@ func TestLocalOpensOnce(t *testing.T) {
 	}
 	wantCalls(t, h, 1, 0) // 8 readers of one chunk at once
 }
+
+// TestLocalOpenAhead: OpenAhead opens a chunk's file once, a read after it
+// asks the server nothing more, a second OpenAhead of a chunk held is no
+// call, and an OpenAhead to a server without a local endpoint is nothing.
+func TestLocalOpenAhead(t *testing.T) {
+	h := newFileHandler(t)
+	tcp, _ := serveWithLocal(t, h)
+	addr := tcp.Addr().String()
+	c := newLocalClient(t)
+	ctx := context.Background()
+	data := randBytes(3*testBlock, 4)
+	writeChunk(t, c, addr, 5, 2, data)
+	c.OpenAhead(ctx, addr, 5, 2, nil)
+	wantCalls(t, h, 1, 0)
+	if lf := c.local.file(chunkKey{addr: addr, extent: 5, index: 2}); lf == nil {
+		t.Fatal("OpenAhead left the chunk's file unheld")
+	}
+	c.OpenAhead(ctx, addr, 5, 2, nil)
+	mustReadBack(t, c, addr, 5, 2, 0, data)
+	wantCalls(t, h, 1, 0)
+
+	plain := serve(t, newFileHandler(t)) // no local endpoint
+	c.OpenAhead(ctx, plain.Addr().String(), 1, 0, nil)
+	if c.Local(plain.Addr().String()) {
+		t.Error("a server without a local endpoint still counted local after OpenAhead")
+	}
+}

@@ -318,28 +318,12 @@ func (c *Client) dialLocal(ctx context.Context, addr string) (*clientConn, bool,
 // connection, whose server verifies and reports the chunk as on TCP.
 // errNoLocal: no local endpoint; dst holds garbage after any error.
 func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst [][]byte) error {
-	k := chunkKey{addr: addr, extent: req.Extent, index: req.Index}
-	lf := c.local.file(k)
-	if lf == nil {
-		// One open of a chunk at a time: the rows fetched ahead of a
-		// reader ask for the same chunk files at once, and each open
-		// reads the chunk's sidecar, a small read queued behind the
-		// large ones.
-		v, err, _ := c.local.opens.Do(fmt.Sprintf("%s/%d/%d", addr, req.Extent, req.Index), func() (any, error) {
-			// Another reader's open may have ended between this
-			// reader's look and its turn here.
-			if lf := c.local.file(k); lf != nil {
-				return lf, nil
-			}
-			return c.openLocal(ctx, addr, k, req)
-		})
-		if errors.Is(err, errNoLocal) {
-			return err
-		}
-		if err != nil {
-			return c.readOverLocal(ctx, addr, req, dst)
-		}
-		lf = v.(*localFile)
+	lf, err := c.heldLocal(ctx, addr, req)
+	if errors.Is(err, errNoLocal) {
+		return err
+	}
+	if err != nil {
+		return c.readOverLocal(ctx, addr, req, dst)
 	}
 	off := req.Offset
 	for _, b := range dst {
@@ -352,6 +336,46 @@ func (c *Client) readLocal(ctx context.Context, addr string, req Request, dst []
 	c.stats.readBytes.Add(req.Length)
 	c.stats.localRead.Add(req.Length)
 	return nil
+}
+
+// heldLocal returns the chunk file of req (its Extent, Index and Cap),
+// opening it through addr's local endpoint when the client does not hold
+// it yet.
+func (c *Client) heldLocal(ctx context.Context, addr string, req Request) (*localFile, error) {
+	k := chunkKey{addr: addr, extent: req.Extent, index: req.Index}
+	if lf := c.local.file(k); lf != nil {
+		return lf, nil
+	}
+	// One open of a chunk at a time: the rows fetched ahead of a reader
+	// ask for the same chunk files at once, and each open reads the
+	// chunk's sidecar, a small read queued behind the large ones.
+	v, err, _ := c.local.opens.Do(fmt.Sprintf("%s/%d/%d", addr, req.Extent, req.Index), func() (any, error) {
+		// Another reader's open may have ended between this reader's
+		// look and its turn here.
+		if lf := c.local.file(k); lf != nil {
+			return lf, nil
+		}
+		return c.openLocal(ctx, addr, k, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*localFile), nil
+}
+
+// OpenAhead opens chunk (extent, index) on the server at addr through its
+// local endpoint, with capability tok, unless the client holds its file
+// already, so that a read of it soon does not wait for the open: a cold
+// open costs the server a few small reads of the disk (the chunk's
+// directory, inode and checksum sidecar), each queued behind the large
+// reads in flight, tens of milliseconds on a busy disk (docs/data-path.md,
+// "Opening chunks ahead"). It does nothing without a usable local
+// endpoint; a refused open is the read's to handle.
+func (c *Client) OpenAhead(ctx context.Context, addr string, extent uint64, index uint32, tok []byte) {
+	if !c.useLocal(addr) {
+		return
+	}
+	_, _ = c.heldLocal(ctx, addr, Request{Op: OpRead, Extent: extent, Index: index, Cap: tok})
 }
 
 // errNotKept: a chunk file was opened but could not be kept (no watch
