@@ -212,9 +212,47 @@ func (m *Mounted) fillCached(ctx context.Context, h *fileHandle, n int, off int6
 	return blockResult{blk}, nil
 }
 
+// readRef answers a READ of a file the node cache does not hold from the
+// client's row cache without a copy (client.File.ReadRef), or returns nil:
+// read into the kernel's buffer instead.
+func (m *Mounted) readRef(ctx context.Context, h *fileHandle, n int, off int64) gofuse.ReadResult {
+	if h.pt != nil {
+		return nil
+	}
+	h.of.cmu.Lock()
+	ch := h.of.cache.h
+	h.of.cmu.Unlock()
+	if ch != nil {
+		return nil
+	}
+	data, release, ok := h.of.f.ReadRef(ctx, off, n)
+	if !ok {
+		return nil
+	}
+	return refResult{data, release}
+}
+
+// refResult is a read's reply sent from a row of the client's row cache,
+// released once the kernel has it.
+type refResult struct {
+	data    []byte
+	release func()
+}
+
+func (r refResult) Bytes([]byte) ([]byte, gofuse.Status) { return r.data, gofuse.OK }
+func (r refResult) Size() int                            { return len(r.data) }
+func (r refResult) Done()                                { r.release() }
+
+// Slices makes go-fuse write the reply from the slices and call Done only
+// after: for a plain ReadResult, with splice off (as here), it calls
+// Bytes and then Done before the write, which would give the buffer back
+// while the reply still points into it.
+func (r refResult) Slices() ([][]byte, gofuse.Status) { return [][]byte{r.data}, gofuse.OK }
+
 // blockResult is a read's reply sent from a filled block's buffer.
 type blockResult struct{ b *cache.Block }
 
 func (r blockResult) Bytes([]byte) ([]byte, gofuse.Status) { return r.b.Data, gofuse.OK }
 func (r blockResult) Size() int                            { return len(r.b.Data) }
 func (r blockResult) Done()                                { r.b.Done() }
+func (r blockResult) Slices() ([][]byte, gofuse.Status)    { return [][]byte{r.b.Data}, gofuse.OK } // as refResult's

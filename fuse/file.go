@@ -262,6 +262,9 @@ func (n *node) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int
 		}
 		return r, 0
 	}
+	if r := n.m.readRef(ctx, h, len(dest), off); r != nil {
+		return r, 0
+	}
 	nr, err := n.m.readCached(ctx, h, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.m.errno("read", n.ino(), err)
