@@ -29,8 +29,8 @@ type openAhead struct {
 
 func (a *openAhead) init() { a.sem = make(chan struct{}, openAheadMaxExtents) }
 
-// start opens, in the background, the data chunks of ext that are on this
-// host and not held yet. It reports false when openAheadMaxExtents
+// openChunksAhead opens, in the background, the data chunks of ext that
+// are on this host and not held yet. It reports false when openAheadMaxExtents
 // extents are being opened already (nothing started: try again later).
 func (c *Client) openChunksAhead(ctx context.Context, ext *mdspb.Extent) bool {
 	select {
