@@ -647,9 +647,9 @@ func overlay(dst []byte, dstOff int64, src []byte, srcOff int64) {
 // flight), or it is large (half a row or more). The kernel sends a FUSE
 // reader's read-ahead as several READs at once, up to two of its windows,
 // which reach the file in any order: a READ 6 MiB behind or 5 MiB ahead
-// of the one before it is the same stream, and treating it as random read its bytes twice
-// (once exactly, once in the rows fetched ahead: 29% more disk reads for
-// a 4-reader mount read, 2026-12-07). The stream's end only moves forward
+// of the one before it is the same stream, and treating it as random
+// read its bytes twice (once exactly, once in the rows fetched ahead: 29%
+// more disk reads for a 4-reader mount read, 2026-12-07). The stream's end only moves forward
 // while the reads are sequential, and starts again at a read that is not.
 func (f *File) noteRead(off, end, n int64) bool {
 	for {
