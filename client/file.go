@@ -575,21 +575,12 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return f.c.readExact(ctx, r.GetExtent(), eoff, dst)
 		})
 	}
-	// Over the network, a read at the start of a file starts the
-	// read-ahead at once: nothing is in flight yet, and a reader of many
-	// files (a data loader) would otherwise begin each with only this
-	// read's rows, from k OSTs (docs/scale.md). Otherwise the read-ahead
-	// starts after the read, whose rows the fetches ahead would queue
-	// before on a shared disk (one host: 12% slower single streams).
-	early := seq && off == 0 && f.c.load.network() // balance.go
-	if early {
-		f.readAheadLocked(end)
+	wait := eg.Wait
+	if seq {
+		wait = func() error { return f.withReadAhead(off, end, eg.Wait) }
 	}
-	if err := eg.Wait(); err != nil {
+	if err := wait(); err != nil {
 		return 0, fmt.Errorf("read inode %d at %d: %w", f.ino, off, err)
-	}
-	if seq && !early {
-		f.readAheadLocked(end)
 	}
 	for _, u := range f.inflight {
 		overlay(buf, off, u.data, u.off)
@@ -600,6 +591,28 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// withReadAhead runs read, the sequential read of file bytes ending at
+// end, and starts the read-ahead past end (f.mu held, shared is enough).
+// Over the network, a read at the start of a file starts it at once:
+// nothing is in flight yet, and a reader of many files (a data loader)
+// would otherwise begin each with only this read's rows, from k OSTs
+// (docs/scale.md). Otherwise the read-ahead starts after the read, whose
+// rows the fetches ahead would queue before on a shared disk (one host:
+// 12% slower single streams); a failed read starts none.
+func (f *File) withReadAhead(off, end int64, read func() error) error {
+	early := off == 0 && f.c.load.network() // balance.go
+	if early {
+		f.readAheadLocked(end)
+	}
+	if err := read(); err != nil {
+		return err
+	}
+	if !early {
+		f.readAheadLocked(end)
+	}
+	return nil
 }
 
 // touchAtime updates the file's atime at its first read when relatime

@@ -43,16 +43,13 @@ func (f *File) ReadRef(ctx context.Context, off int64, n int) (data []byte, rele
 		return nil, nil, false // ReadAt records where the new stream starts
 	}
 	f.noteRead(off, end, int64(n))
-	early := off == 0 && f.c.load.network() // as in readAt
-	if early {
-		f.readAheadLocked(end)
-	}
-	rowData, rel, err := f.rows.get(ctx, f.c, ext, row.Index)
-	if err != nil {
+	var rowData []byte
+	var rel func()
+	if err := f.withReadAhead(off, end, func() (err error) {
+		rowData, rel, err = f.rows.get(ctx, f.c, ext, row.Index)
+		return err
+	}); err != nil {
 		return nil, nil, false
-	}
-	if !early {
-		f.readAheadLocked(end)
 	}
 	f.c.metrics.readBytes.Add(float64(n))
 	return rowData[eoff-row.DataOff : eoff-row.DataOff+int64(n)], rel, true
