@@ -11,10 +11,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/shoalfs/shoal/client/cache"
@@ -23,28 +20,17 @@ import (
 // fileCache is an open file's use of the cache. Its fields are guarded
 // by openFile.cmu.
 type fileCache struct {
-	h *cache.Handle // nil: reads go to the cluster
-	// pt is the complete, checked cache file the kernel reads for this
-	// open file's passthrough opens; set by the first such open and kept
-	// until the open file closes, since every later open of the inode
-	// must name the same backing file while the kernel has one.
-	pt *os.File
+	h  *cache.Handle // nil: reads go to the cluster
+	pt passthrough
 }
 
-// ptHandle is the handle of a read-only open of a file complete in the
-// cache: go-fuse registers its file as the kernel's backing file.
+// ptHandle is the handle of a read-only open the kernel serves from a
+// cache file (FUSE passthrough). The mount registers the backing file
+// itself (passthrough.go) rather than through go-fuse's
+// FilePassthroughFder, whose count of an inode's backing users is also
+// lowered by the release of a handle that never used it.
 type ptHandle struct {
 	fileHandle
-}
-
-var _ gofs.FilePassthroughFder = (*ptHandle)(nil)
-
-// PassthroughFd returns the cache file for the kernel's passthrough.
-func (h *ptHandle) PassthroughFd() (int, bool) {
-	if h.pt == nil {
-		return 0, false
-	}
-	return int(h.pt.Fd()), true
 }
 
 // openCache starts the open file's use of the cache, right after it was
@@ -63,17 +49,14 @@ func (m *Mounted) openCache(of *openFile) {
 }
 
 // closeCache ends the open file's use of the cache, as it closes.
-func (of *openFile) closeCache() {
+func (m *Mounted) closeCache(of *openFile) {
 	of.cmu.Lock()
 	defer of.cmu.Unlock()
 	if of.cache.h != nil {
 		of.cache.h.Release()
 		of.cache.h = nil
 	}
-	if of.cache.pt != nil {
-		of.cache.pt.Close()
-		of.cache.pt = nil
-	}
+	m.dropBacking(of) // its handles are released, so it has none
 }
 
 // invalidateCache drops the cached copy of ino: the file is written
@@ -97,35 +80,6 @@ func (m *Mounted) invalidateCache(of *openFile, ino uint64) {
 	m.o.Cache.Invalidate(ino)
 }
 
-// openHandle returns the handle of an open of of with flags: a
-// passthrough handle for a read-only open of a file complete (and
-// checked) in the cache, else a plain one.
-func (m *Mounted) openHandle(ctx context.Context, of *openFile, flags uint32) gofs.FileHandle {
-	fh := fileHandle{of: of, flags: flags}
-	if m.o.Cache == nil {
-		return &fh
-	}
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		m.invalidateCache(of, of.ino)
-		return &fh
-	}
-	of.cmu.Lock()
-	defer of.cmu.Unlock()
-	if of.cache.pt == nil && of.cache.h != nil && !m.o.CacheNoPassthrough && of.cache.h.Complete(ctx) {
-		f, err := of.cache.h.OpenData()
-		if err != nil {
-			m.log.Debug("open cache file for passthrough", "ino", of.ino, "err", err)
-			return &fh
-		}
-		of.cache.pt = f
-	}
-	if of.cache.pt == nil {
-		return &fh
-	}
-	fh.pt = of.cache.pt
-	return &ptHandle{fileHandle: fh}
-}
-
 // readCached serves a read of h: from the passthrough file when the kernel
 // did not take it (no passthrough here), from the cache, or from the
 // cluster.
@@ -144,52 +98,6 @@ func (m *Mounted) readCached(ctx context.Context, h *fileHandle, dest []byte, of
 		return h.of.f.ReadAt(ctx, dest, off)
 	}
 	return ch.ReadAt(ctx, dest, off, h.of.f.ReadAt)
-}
-
-// Open counts the opens the kernel will serve by passthrough.
-func (r *lockRaw) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
-	st := r.RawFileSystem.Open(cancel, in, out)
-	if st == gofuse.OK && out.OpenFlags&gofuse.FOPEN_PASSTHROUGH != 0 && r.m.o.Cache != nil {
-		r.m.o.Cache.CountPassthroughOpen()
-	}
-	return st
-}
-
-// deferRelease reports whether the release of of belongs to lockRaw's
-// Release (after go-fuse has dropped its backing file reference), and
-// hands it over.
-func (m *Mounted) deferRelease(ctx context.Context, of *openFile) bool {
-	fc, ok := ctx.(*gofuse.Context)
-	if !ok {
-		return false
-	}
-	slot, ok := m.releases.Load(fc.Cancel)
-	if !ok {
-		return false
-	}
-	*slot.(*deferred) = deferred{of: of, ctx: context.WithoutCancel(ctx)}
-	return true
-}
-
-// releaseAfter runs the RELEASE request in, then closes the open file the
-// node's Release handed over: go-fuse unregisters the inode's backing file
-// after the node's Release returns, and a new open file of the inode must
-// not find the old one still registered (go-fuse would hand it to the
-// kernel again, with the old contents).
-func (r *lockRaw) releaseAfter(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
-	var d deferred
-	r.m.releases.Store(cancel, &d)
-	r.RawFileSystem.Release(cancel, in)
-	r.m.releases.Delete(cancel)
-	if d.of != nil {
-		r.m.release(d.ctx, d.of)
-	}
-}
-
-// deferred is an open file whose release lockRaw.Release finishes.
-type deferred struct {
-	of  *openFile
-	ctx context.Context // RELEASE's, without its cancellation
 }
 
 // fillCached answers a read that is one whole block missing from the

@@ -188,7 +188,7 @@ func (m *Mounted) release(ctx context.Context, of *openFile) {
 			m.log.Warn("close file", "ino", of.ino, "err", err)
 		}
 	}
-	of.closeCache()
+	m.closeCache(of)
 	m.mu.Lock()
 	if m.mu.files[of.ino] == of {
 		delete(m.mu.files, of.ino)
@@ -198,8 +198,8 @@ func (m *Mounted) release(ctx context.Context, of *openFile) {
 }
 
 // Open opens the regular file n.
-func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
-	ctx = n.m.detach(ctx)
+func (n *node) Open(rctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	ctx := n.m.detach(rctx)
 	ino := n.ino()
 	// A read-only open may be answered under an inode lease, without
 	// the MDS; any other needs the MDS to know the file is open (a shared
@@ -225,7 +225,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuse
 		}
 	}
 	n.opens.Add(1)
-	return n.m.openHandle(ctx, of, flags), 0, 0
+	return n.m.openHandle(rctx, ctx, of, flags), 0, 0
 }
 
 // handleOf returns the open file behind a FUSE file handle, or nil when f
@@ -244,6 +244,7 @@ func handleOf(f gofs.FileHandle) *fileHandle {
 // through the mount.
 func (m *Mounted) noteWrite(of *openFile) {
 	if m.o.Cache != nil && !of.wrote.Swap(true) {
+		of.noteChanged()
 		m.invalidateCache(of, of.ino)
 	}
 }
@@ -365,9 +366,7 @@ func (n *node) Release(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 			}
 		}
 		n.opens.Add(-1)
-		if n.m.deferRelease(ctx, h.of) {
-			return 0 // lockRaw.Release closes it (cache.go)
-		}
+		n.m.releaseHandle(f)
 		// RELEASE cannot be interrupted and its result reaches nobody:
 		// close with a context that outlives it.
 		n.m.release(context.WithoutCancel(ctx), h.of)

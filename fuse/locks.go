@@ -102,10 +102,6 @@ func (r *lockRaw) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 		r.m.owners.Store(cancel, reqOwner{owner: in.LockOwner, flock: true})
 		defer r.m.owners.Delete(cancel)
 	}
-	if r.m.o.Cache != nil {
-		r.releaseAfter(cancel, in)
-		return
-	}
 	r.RawFileSystem.Release(cancel, in)
 }
 

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -121,11 +122,14 @@ type Mounted struct {
 	// pageWrites holds the cancel channels of WRITE requests that write
 	// back page-cache pages (locks.go's lockRaw.Write).
 	pageWrites sync.Map
-	// releases holds, by cancel channel, the slot of a RELEASE request
-	// being served where the node's Release leaves its open file to
-	// close (cache.go).
-	releases  sync.Map
-	cleanOnce sync.Once
+	// ptOpens holds, by cancel channel, the slot of an OPEN request being
+	// served where the node's Open leaves a backing id (passthrough.go).
+	ptOpens sync.Map
+	// srv is the server, from its Init on: it registers backing files.
+	srv atomic.Pointer[gofuse.Server]
+	// noPassthrough is set when the kernel refused a backing file.
+	noPassthrough atomic.Bool
+	cleanOnce     sync.Once
 
 	mu struct {
 		sync.Mutex
@@ -328,7 +332,7 @@ func (m *Mounted) closeAll() {
 				m.log.Warn("close at unmount", "ino", of.ino, "err", err)
 			}
 		}
-		of.closeCache()
+		m.closeCache(of)
 		close(of.closing)
 	}
 }

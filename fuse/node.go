@@ -337,7 +337,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.opens.Add(1) // dropped by its Release
 	}
-	return ch, &fileHandle{of: of, flags: flags}, 0, 0
+	return ch, n.m.plainHandle(of, flags), 0, 0
 }
 
 // Mkdir creates a directory; in a setgid directory it inherits the gid and
