@@ -23,7 +23,10 @@ const (
 // memory runs at a third of the speed of a copy). The zero value is ready
 // to use; it is safe for concurrent use.
 type BufPool struct {
-	classes [numClasses]sync.Pool // *[]byte, len == cap == the class size
+	// classes hold *[]byte below hugeMin and *hugeRegion from it on
+	// (hugebuf.go); len == cap == the class size.
+	classes [numClasses]sync.Pool
+	lent    hugeLent
 }
 
 // class returns the size class holding n bytes (0 < n <= MaxLength).
@@ -44,10 +47,17 @@ func (p *BufPool) Get(n int) []byte {
 		return AlignedBuf(n)
 	}
 	i := class(n)
+	size := 1 << (i + minClassShift)
+	if size >= hugeMin {
+		if b := p.getHuge(&p.classes[i], size); b != nil {
+			return b[:n]
+		}
+		return AlignedBuf(size)[:n]
+	}
 	if b, ok := p.classes[i].Get().(*[]byte); ok {
 		return (*b)[:n]
 	}
-	return AlignedBuf(1 << (i + minClassShift))[:n]
+	return AlignedBuf(size)[:n]
 }
 
 // Put gives b, which Get returned, back to the pool. b must not be used
@@ -58,6 +68,10 @@ func (p *BufPool) Put(b []byte) {
 		return
 	}
 	b = b[:c]
+	if c >= hugeMin {
+		p.putHuge(&p.classes[class(c)], b) // a heap buffer of a huge class is left to the GC
+		return
+	}
 	p.classes[class(c)].Put(&b)
 }
 
