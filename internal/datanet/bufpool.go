@@ -23,10 +23,7 @@ const (
 // memory runs at a third of the speed of a copy). The zero value is ready
 // to use; it is safe for concurrent use.
 type BufPool struct {
-	// classes hold *[]byte below hugeMin and *hugeRegion from it on
-	// (hugebuf.go); len == cap == the class size.
-	classes [numClasses]sync.Pool
-	lent    hugeLent
+	classes [numClasses]sync.Pool // *[]byte, len == cap == the class size; huge pages from hugeMin on (hugebuf.go)
 }
 
 // class returns the size class holding n bytes (0 < n <= MaxLength).
@@ -48,14 +45,11 @@ func (p *BufPool) Get(n int) []byte {
 	}
 	i := class(n)
 	size := 1 << (i + minClassShift)
-	if size >= hugeMin {
-		if b := p.getHuge(&p.classes[i], size); b != nil {
-			return b[:n]
-		}
-		return AlignedBuf(size)[:n]
-	}
 	if b, ok := p.classes[i].Get().(*[]byte); ok {
 		return (*b)[:n]
+	}
+	if size >= hugeMin {
+		return hugeBuf(size)[:n]
 	}
 	return AlignedBuf(size)[:n]
 }
@@ -68,10 +62,6 @@ func (p *BufPool) Put(b []byte) {
 		return
 	}
 	b = b[:c]
-	if c >= hugeMin {
-		p.putHuge(&p.classes[class(c)], b) // a heap buffer of a huge class is left to the GC
-		return
-	}
 	p.classes[class(c)].Put(&b)
 }
 
