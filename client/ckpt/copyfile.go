@@ -13,11 +13,6 @@ import (
 	"github.com/shoalfs/shoal/internal/datanet"
 )
 
-// copyPool holds the piece buffers of CopyFile (pieceSize each, aligned
-// for O_DIRECT: a WriterAt may write them to a file opened so), so that a
-// restore of many files reuses the memory of the first.
-var copyPool = sync.Pool{New: func() any { b := datanet.AlignedBuf(pieceSize); return &b }}
-
 // CopyFile writes the bytes of one shard's file as stored (step may be
 // Latest) to w, checked against the manifest as ReadFile checks them,
 // without holding the file in memory: it is read in pieces of pieceSize,
@@ -46,7 +41,7 @@ func (s *Store) CopyFile(ctx context.Context, job string, step int64, shard stri
 		done += n
 		s.progress("restore", job, in.Step, done, e.Size)
 	}
-	if err := copyPieces(ctx, f, e.Size, w, d, prog); err != nil {
+	if err := copyPieces(ctx, &s.bufs, f, e.Size, w, d, prog); err != nil {
 		return nil, false, fmt.Errorf("ckpt: %s step %d shard %q: %w", job, in.Step, shard, err)
 	}
 	if d != nil {
@@ -59,33 +54,36 @@ func (s *Store) CopyFile(ctx context.Context, job string, step int64, shard stri
 
 // copyPieces copies bytes [0, size) of f to w in pieces of pieceSize,
 // readsPerShard in flight, feeding each to d (nil: none) and prog in
-// file order.
-func copyPieces(ctx context.Context, f *client.File, size int64, w io.WriterAt, d *digester, prog func(int64)) error {
+// file order. The pieces are buffers of bufs (aligned for O_DIRECT, as a
+// WriterAt may write them to a file opened so, and in huge pages, which
+// such a write pins faster), so that a restore of many files reuses the
+// memory of the first.
+func copyPieces(ctx context.Context, bufs *datanet.BufPool, f *client.File, size int64, w io.WriterAt, d *digester, prog func(int64)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type slot struct {
-		buf  *[]byte
+		buf  []byte
 		n    int
 		done chan error
 	}
 	pieces := int((size + pieceSize - 1) / pieceSize)
 	slots := make([]slot, min(readsPerShard, pieces))
 	for i := range slots {
-		slots[i] = slot{buf: copyPool.Get().(*[]byte), done: make(chan error, 1)}
+		slots[i] = slot{buf: bufs.Get(pieceSize), done: make(chan error, 1)}
 	}
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait() // the buffers go back only once no read or write holds them
 		for _, sl := range slots {
-			copyPool.Put(sl.buf)
+			bufs.Put(sl.buf)
 		}
 	}()
 	start := func(k int) {
 		sl := &slots[k%len(slots)]
 		off := int64(k) * pieceSize
 		sl.n = int(min(pieceSize, size-off))
-		p := (*sl.buf)[:sl.n]
+		p := sl.buf[:sl.n]
 		wg.Go(func() {
 			err := readFull(ctx, f, p, off)
 			if err == nil {
@@ -103,7 +101,7 @@ func copyPieces(ctx context.Context, f *client.File, size int64, w io.WriterAt, 
 			return err
 		}
 		if d != nil {
-			d.write(int64(k)*pieceSize, (*sl.buf)[:sl.n])
+			d.write(int64(k)*pieceSize, sl.buf[:sl.n])
 		}
 		prog(int64(sl.n))
 		if k+len(slots) < pieces {

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
 )
 
@@ -145,7 +146,8 @@ type Store struct {
 		closed bool
 		async  map[string]chan struct{} // per job: a slot per flush in flight
 	}
-	pool stagePool // staging buffers of SaveAsync (async.go)
+	pool stagePool       // staging buffers of SaveAsync (async.go)
+	bufs datanet.BufPool // piece buffers of CopyFile (copyfile.go)
 }
 
 // New returns a Store on client c. The Store does not own c: close c
