@@ -497,7 +497,22 @@ func (f *File) Close(ctx context.Context) error {
 // ReadAt reads len(p) bytes at off. It returns io.EOF when the read ends at
 // or past the end of the file; holes read as zeros.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	n, err := f.readAt(ctx, p, off)
+	return f.readRetry(ctx, p, off, true)
+}
+
+// ReadAtUncached reads as ReadAt does, but straight into p: neither
+// through the File's row cache nor with read-ahead, so a large read costs
+// no row buffers and no copy out of them. It is for callers that keep
+// their own reads in flight and read each byte once (a checkpoint
+// restore). Where p's address is congruent to off modulo datanet.Align
+// (datanet.AlignedAt), the whole checksum blocks of a chunk on this host
+// are read into p with O_DIRECT.
+func (f *File) ReadAtUncached(ctx context.Context, p []byte, off int64) (int, error) {
+	return f.readRetry(ctx, p, off, false)
+}
+
+func (f *File) readRetry(ctx context.Context, p []byte, off int64, cached bool) (int, error) {
+	n, err := f.readAt(ctx, p, off, cached)
 	if err == nil || errors.Is(err, io.EOF) || ctx.Err() != nil {
 		return n, err
 	}
@@ -507,7 +522,7 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if rerr := f.refreshPlacements(ctx); rerr != nil {
 		return n, err
 	}
-	return f.readAt(ctx, p, off)
+	return f.readAt(ctx, p, off, cached)
 }
 
 // refreshPlacements reloads the placements of the extents in the file's
@@ -542,7 +557,10 @@ func (f *File) refreshPlacements(ctx context.Context) error {
 	return nil
 }
 
-func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+// readAt reads p at off; cached says whether sequential reads go through
+// the row cache with read-ahead (ReadAt) or every read straight into p
+// (ReadAtUncached).
+func (f *File) readAt(ctx context.Context, p []byte, off int64, cached bool) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read at %d: %w", off, errs.ErrInvalid)
 	}
@@ -555,7 +573,7 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n := int(min(int64(len(p)), f.size-off))
 	buf := p[:n]
 	end := off + int64(n)
-	seq := f.noteRead(off, end, int64(n))
+	seq := cached && f.noteRead(off, end, int64(n))
 
 	refs := f.ext.overlapping(uint64(off), uint64(end))
 	clearHoles(buf, off, refs)

@@ -85,7 +85,7 @@ func copyPieces(ctx context.Context, bufs *datanet.BufPool, f *client.File, size
 		sl.n = int(min(pieceSize, size-off))
 		p := sl.buf[:sl.n]
 		wg.Go(func() {
-			err := readFull(ctx, f, p, off)
+			err := readFullWith(ctx, f.ReadAtUncached, p, off)
 			if err == nil {
 				_, err = w.WriteAt(p, off)
 			}

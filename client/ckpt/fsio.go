@@ -142,11 +142,18 @@ func writePieces(ctx context.Context, f *client.File, p []byte, off int64, each 
 	return nil
 }
 
-// readFull fills p from off, in pieces; a short file is an error.
+// readFull fills p from off with f.ReadAt, in pieces; a short file is an
+// error.
 func readFull(ctx context.Context, f *client.File, p []byte, off int64) error {
+	return readFullWith(ctx, f.ReadAt, p, off)
+}
+
+// readFullWith is readFull with the File's read to use: ReadAt, or
+// ReadAtUncached for bytes read once into their final buffer.
+func readFullWith(ctx context.Context, read func(context.Context, []byte, int64) (int, error), p []byte, off int64) error {
 	for len(p) > 0 {
 		n := min(len(p), pieceSize)
-		m, err := f.ReadAt(ctx, p[:n], off)
+		m, err := read(ctx, p[:n], off)
 		if m < n {
 			if err == nil || errors.Is(err, io.EOF) {
 				err = fmt.Errorf("short read at %d: %d of %d bytes: %w", off, m, n, errs.ErrCorrupt)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/ckpt/safetensors"
+	"github.com/shoalfs/shoal/internal/datanet"
 	"github.com/shoalfs/shoal/internal/errs"
 )
 
@@ -266,7 +267,9 @@ func (s *Store) checkHeader(ctx context.Context, in Info, f *client.File, e *Sha
 		return nil, bad(fmt.Sprintf("data start %d", e.DataStart))
 	}
 	hdr := make([]byte, e.DataStart)
-	if err := readFull(ctx, f, hdr, 0); err != nil {
+	// Uncached, as the tensors after it: a cached read at 0 would start the
+	// read-ahead of the rows after it, bytes the tensors then read again.
+	if err := readFullWith(ctx, f.ReadAtUncached, hdr, 0); err != nil {
 		return nil, fmt.Errorf("ckpt: %s step %d shard %q: read header: %w", in.Job, in.Step, e.Name, err)
 	}
 	if verify {
@@ -325,7 +328,7 @@ func (s *Store) restoreShard(ctx context.Context, in Info, e *ShardEntry, sel []
 			}
 		}
 		if buf == nil {
-			buf = make([]byte, te.Length)
+			buf = tensorBuf(te)
 		}
 		rs.Tensors[i] = Tensor{Name: te.Name, DType: te.DType, Shape: te.Shape, Data: buf}
 		spans[i] = span{te.Offset, buf}
@@ -345,6 +348,22 @@ func (s *Store) restoreShard(ctx context.Context, in Info, e *ShardEntry, sel []
 	return nil
 }
 
+// directMin is the smallest tensor that restore allocates for O_DIRECT
+// reads (tensorBuf): one of the OSTs' checksum blocks, the unit read
+// straight into the caller's buffer.
+const directMin = 64 << 10
+
+// tensorBuf allocates the buffer a restore reads tensor te into: for a
+// large one, at an address congruent to its file offset modulo
+// datanet.Align, so that the chunk reads of its aligned middle go from a
+// local OST's disk into it with O_DIRECT (datanet.AlignedAt).
+func tensorBuf(te TensorEntry) []byte {
+	if te.Length < directMin {
+		return make([]byte, te.Length)
+	}
+	return datanet.AlignedAt(int(te.Length), te.Offset)
+}
+
 // span is a byte range of a file and the buffer it is read into.
 type span struct {
 	off int64
@@ -352,7 +371,9 @@ type span struct {
 }
 
 // readParallel reads every span, cut into pieces of pieceSize, with up to
-// readsPerShard reads in flight.
+// readsPerShard reads in flight, each straight into its span's buffer
+// (File.ReadAtUncached): a restore reads each byte once, into the tensor
+// that keeps it, so the File's row buffers would be a copy for nothing.
 func readParallel(ctx context.Context, f *client.File, spans []span, prog func(int64)) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(readsPerShard)
@@ -361,7 +382,7 @@ func readParallel(ctx context.Context, f *client.File, spans []span, prog func(i
 			p := sp.buf[k:min(k+pieceSize, len(sp.buf))]
 			off := sp.off + int64(k)
 			g.Go(func() error {
-				if err := readFull(gctx, f, p, off); err != nil {
+				if err := readFullWith(gctx, f.ReadAtUncached, p, off); err != nil {
 					return err
 				}
 				prog(int64(len(p)))

@@ -35,7 +35,49 @@ func hugeBuf(size int) []byte {
 	b := raw[head : head+size : head+size]
 	// Advice only: without it the buffer works, in 4 KiB pages.
 	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
-	_ = unix.Madvise(b, unix.MADV_COLLAPSE)
+	if anyResident(b) {
+		_ = unix.Madvise(b, unix.MADV_COLLAPSE)
+	}
+	return b
+}
+
+// anyResident reports whether any page of b (page aligned) is in memory:
+// memory the heap zeroed for the allocation is, in 4 KiB pages, and only
+// MADV_COLLAPSE (a synchronous copy) makes it huge now; memory fresh from
+// the kernel is not, and after MADV_HUGEPAGE its first touch faults huge
+// pages in, so a collapse would cost its copy for nothing (21% of a new
+// client's checkpoint restore, docs/performance.md). An error says yes.
+func anyResident(b []byte) bool {
+	vec := make([]byte, (len(b)+Align-1)/Align)
+	// x/sys/unix has no Mincore on Linux.
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, addrOf(b), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return true
+	}
+	for _, v := range vec {
+		if v&1 != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// AlignedAt allocates a zeroed buffer of n bytes (n > 0) whose address is
+// congruent to off modulo Align: the buffer for file bytes at off, whose
+// aligned runs a local chunk read (client.File.ReadAtUncached) can then
+// read with O_DIRECT. A buffer of hugeMin or more is given to the
+// kernel's huge pages (MADV_HUGEPAGE, without a collapse: it is read into
+// once), which an O_DIRECT read pins faster.
+func AlignedAt(n int, off int64) []byte {
+	want := int(off & (Align - 1))
+	raw := make([]byte, n+Align)
+	head := (want - int(addrOf(raw)&(Align-1)) + Align) & (Align - 1)
+	b := raw[head : head+n : head+n]
+	if n >= hugeMin {
+		start := (Align - want) & (Align - 1) // the first page boundary in b
+		if end := n - (n-start)%Align; end > start {
+			_ = unix.Madvise(b[start:end], unix.MADV_HUGEPAGE)
+		}
+	}
 	return b
 }
 
