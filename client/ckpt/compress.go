@@ -98,7 +98,7 @@ func (s *Store) rawSpans(e *ShardEntry, writes []write) []span {
 	var out []span
 	for _, w := range writes {
 		if incompressible(w.data, width[w.off], s.o.CompressMinSaving) {
-			out = append(out, span{w.off, w.data})
+			out = append(out, span{off: w.off, buf: w.data})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].off < out[j].off })

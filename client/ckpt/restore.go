@@ -303,7 +303,7 @@ func (s *Store) restoreShard(ctx context.Context, in Info, e *ShardEntry, sel []
 	defer f.Close(ctx)
 	if e.Kind == KindBlob {
 		rs.Blob = make([]byte, e.Size)
-		if err := readParallel(ctx, f, []span{{0, rs.Blob}}, prog); err != nil {
+		if err := readParallel(ctx, f, []span{{off: 0, buf: rs.Blob}}, prog); err != nil {
 			return fmt.Errorf("ckpt: %s step %d shard %q: %w", in.Job, in.Step, e.Name, err)
 		}
 		if got := sumBytes(rs.Blob); verify && got != e.Digest {
@@ -331,19 +331,24 @@ func (s *Store) restoreShard(ctx context.Context, in Info, e *ShardEntry, sel []
 			buf = tensorBuf(te)
 		}
 		rs.Tensors[i] = Tensor{Name: te.Name, DType: te.DType, Shape: te.Shape, Data: buf}
-		spans[i] = span{te.Offset, buf}
+		spans[i] = span{off: te.Offset, buf: buf}
+		if verify {
+			// Each tensor is checked as soon as its bytes are in, while
+			// the reads of the others go on: the hashing of a shard
+			// overlaps its reads instead of following them.
+			spans[i].done = func() error {
+				if got := sumBytes(buf); got != te.Digest {
+					return &CorruptError{Job: in.Job, Step: in.Step, Shard: e.Name, Tensor: te.Name, Want: te.Digest, Got: got}
+				}
+				return nil
+			}
+		}
 	}
 	if err := readParallel(ctx, f, spans, prog); err != nil {
-		return fmt.Errorf("ckpt: %s step %d shard %q: %w", in.Job, in.Step, e.Name, err)
-	}
-	if !verify {
-		return nil
-	}
-	for i, j := range sel {
-		te := e.Tensors[j]
-		if got := sumBytes(rs.Tensors[i].Data); got != te.Digest {
-			return &CorruptError{Job: in.Job, Step: in.Step, Shard: e.Name, Tensor: te.Name, Want: te.Digest, Got: got}
+		if ce, ok := errors.AsType[*CorruptError](err); ok {
+			return ce
 		}
+		return fmt.Errorf("ckpt: %s step %d shard %q: %w", in.Job, in.Step, e.Name, err)
 	}
 	return nil
 }
@@ -364,10 +369,12 @@ func tensorBuf(te TensorEntry) []byte {
 	return datanet.AlignedAt(int(te.Length), te.Offset)
 }
 
-// span is a byte range of a file and the buffer it is read into.
+// span is a byte range of a file and the buffer it is read into; done
+// (nil: none) runs once all of buf is in, in the read that completed it.
 type span struct {
-	off int64
-	buf []byte
+	off  int64
+	buf  []byte
+	done func() error
 }
 
 // readParallel reads every span, cut into pieces of pieceSize, with up to
@@ -378,6 +385,8 @@ func readParallel(ctx context.Context, f *client.File, spans []span, prog func(i
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(readsPerShard)
 	for _, sp := range spans {
+		left := new(atomic.Int64)
+		left.Store(int64(len(sp.buf)))
 		for k := 0; k < len(sp.buf); k += pieceSize {
 			p := sp.buf[k:min(k+pieceSize, len(sp.buf))]
 			off := sp.off + int64(k)
@@ -386,6 +395,9 @@ func readParallel(ctx context.Context, f *client.File, spans []span, prog func(i
 					return err
 				}
 				prog(int64(len(p)))
+				if left.Add(-int64(len(p))) == 0 && sp.done != nil {
+					return sp.done()
+				}
 				return nil
 			})
 		}
@@ -424,7 +436,7 @@ func (s *Store) ReadRange(ctx context.Context, job string, step int64, shard, te
 	}
 	defer f.Close(ctx)
 	buf := make([]byte, n)
-	if err := readParallel(ctx, f, []span{{te.Offset + off, buf}}, func(int64) {}); err != nil {
+	if err := readParallel(ctx, f, []span{{off: te.Offset + off, buf: buf}}, func(int64) {}); err != nil {
 		return nil, fmt.Errorf("ckpt: %s step %d shard %q tensor %q: %w", job, in.Step, shard, tensor, err)
 	}
 	if verified && off == 0 && n == te.Length {
@@ -464,7 +476,7 @@ func (s *Store) ReadFile(ctx context.Context, job string, step int64, shard stri
 	buf := make([]byte, e.Size)
 	prog := func(n int64) { s.progress("restore", job, in.Step, n, e.Size) }
 	var done atomic.Int64
-	if err := readParallel(ctx, f, []span{{0, buf}}, func(n int64) { prog(done.Add(n)) }); err != nil {
+	if err := readParallel(ctx, f, []span{{off: 0, buf: buf}}, func(n int64) { prog(done.Add(n)) }); err != nil {
 		return nil, nil, fmt.Errorf("ckpt: %s step %d shard %q: %w", job, in.Step, shard, err)
 	}
 	if !verified {

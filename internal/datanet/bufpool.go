@@ -3,7 +3,6 @@ package datanet
 import (
 	"math/bits"
 	"sync"
-	"unsafe"
 )
 
 // Align is the alignment of BufPool buffers: the page and O_DIRECT
@@ -75,12 +74,12 @@ func AlignedBuf(n int) []byte {
 	// Large allocations are page aligned in practice; this is the rare
 	// case where they are not.
 	b = make([]byte, n+Align)
-	off := Align - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))&(Align-1))
+	off := Align - int(addrOf(b)&(Align-1))
 	return b[off : off+n : off+n]
 }
 
 // IsAligned reports whether b's first byte is Align-aligned (false for an
 // empty slice).
 func IsAligned(b []byte) bool {
-	return cap(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))&(Align-1) == 0
+	return cap(b) > 0 && addrOf(b)&(Align-1) == 0
 }

@@ -64,21 +64,15 @@ func anyResident(b []byte) bool {
 // AlignedAt allocates a zeroed buffer of n bytes (n > 0) whose address is
 // congruent to off modulo Align: the buffer for file bytes at off, whose
 // aligned runs a local chunk read (client.File.ReadAtUncached) can then
-// read with O_DIRECT. A buffer of hugeMin or more is given to the
-// kernel's huge pages (MADV_HUGEPAGE, without a collapse: it is read into
-// once), which an O_DIRECT read pins faster.
+// read with O_DIRECT. It is not given to huge pages: a restore reads into
+// its tensors once, mostly in a new process, whose fresh memory then
+// faulted huge pages in at 0.35-0.45 cpu-s per 256 MiB restored against
+// 0.2-0.25 without (direct compaction; 2026-12-07, docs/performance.md).
 func AlignedAt(n int, off int64) []byte {
 	want := int(off & (Align - 1))
 	raw := make([]byte, n+Align)
 	head := (want - int(addrOf(raw)&(Align-1)) + Align) & (Align - 1)
-	b := raw[head : head+n : head+n]
-	if n >= hugeMin {
-		start := (Align - want) & (Align - 1) // the first page boundary in b
-		if end := n - (n-start)%Align; end > start {
-			_ = unix.Madvise(b[start:end], unix.MADV_HUGEPAGE)
-		}
-	}
-	return b
+	return raw[head : head+n : head+n]
 }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

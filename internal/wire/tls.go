@@ -69,6 +69,17 @@ type Identity struct {
 
 func (id Identity) String() string { return string(id.Role) + "/" + id.Name }
 
+// CredsFromEnv loads the credentials that a `shoal local`'s env file
+// names ($SHOAL_CERT, $SHOAL_KEY, $SHOAL_CA), or returns nil for a
+// plaintext cluster ($SHOAL_INSECURE=1): for the experiment tools, which
+// take no TLS flags.
+func CredsFromEnv() (*Creds, error) {
+	if os.Getenv("SHOAL_INSECURE") == "1" {
+		return nil, nil
+	}
+	return LoadCreds(TLSFiles{Cert: os.Getenv("SHOAL_CERT"), Key: os.Getenv("SHOAL_KEY"), CA: os.Getenv("SHOAL_CA")})
+}
+
 // LoadCreds reads the certificate, key and CA named by f.
 func LoadCreds(f TLSFiles) (*Creds, error) {
 	if err := f.Validate(); err != nil {

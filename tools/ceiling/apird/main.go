@@ -32,12 +32,8 @@ func main() {
 	traceTo := flag.String("trace", "", "write an execution trace of the read to this file")
 	flag.Parse()
 	ctx := context.Background()
-	var creds *wire.Creds
-	if os.Getenv("SHOAL_INSECURE") != "1" {
-		var err error
-		creds, err = wire.LoadCreds(wire.TLSFiles{Cert: os.Getenv("SHOAL_CERT"), Key: os.Getenv("SHOAL_KEY"), CA: os.Getenv("SHOAL_CA")})
-		check(err)
-	}
+	creds, err := wire.CredsFromEnv()
+	check(err)
 	S := *size << 20
 	name := func(i int) string { return fmt.Sprintf("/apird-%02d", i) }
 	if *write {

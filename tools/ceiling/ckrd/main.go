@@ -13,7 +13,7 @@ import (
 	"crypto/rand"
 	"flag"
 	"fmt"
-	"math/big"
+	mrand "math/rand/v2"
 	"os"
 	"runtime/pprof"
 	"syscall"
@@ -33,12 +33,8 @@ func main() {
 	prof := flag.String("cpuprofile", "", "CPU profile of the restores")
 	flag.Parse()
 	ctx := context.Background()
-	var creds *wire.Creds
-	if os.Getenv("SHOAL_INSECURE") != "1" {
-		var err error
-		creds, err = wire.LoadCreds(wire.TLSFiles{Cert: os.Getenv("SHOAL_CERT"), Key: os.Getenv("SHOAL_KEY"), CA: os.Getenv("SHOAL_CA")})
-		check(err)
-	}
+	creds, err := wire.CredsFromEnv()
+	check(err)
 	const root, job = "/ckrd", "j"
 	if *save {
 		c, err := client.New(ctx, client.Options{MDS: *mds, Creds: creds})
@@ -95,9 +91,7 @@ func shards(size int64) []ckpt.Shard {
 	for i := range out {
 		sh := ckpt.Shard{Name: fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, nsh)}
 		for off, j := int64(0), 0; off < size/nsh; j++ {
-			r, err := rand.Int(rand.Reader, big.NewInt((8<<20-64<<10)/2))
-			check(err)
-			n := min(64<<10+2*r.Int64(), size/nsh-off) &^ 1
+			n := min(64<<10+2*mrand.Int64N((8<<20-64<<10)/2), size/nsh-off) &^ 1
 			if n == 0 {
 				break
 			}
