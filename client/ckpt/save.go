@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sync/errgroup"
 
@@ -376,6 +377,32 @@ type write struct {
 	data []byte
 }
 
+// coalesce merges the writes (sorted by offset) that are one run both in
+// the file and in memory: tensors that are slices of one buffer, in file
+// order (a safetensors file mapped by `ckpt save --from`, a framework's
+// flat parameter buffer). A merged run of an extent or more goes to the
+// OSTs straight from the caller's memory (File.WriteAtStable), where
+// tensors apart, each under an extent, are copied into the File's write
+// buffer first: that copy was a quarter of `ckpt save --from`'s CPU
+// (docs/performance.md). The writes themselves are kept as they are for
+// sampling (rawSpans: one dtype each).
+func coalesce(ws []write) []write {
+	var out []write
+	for _, w := range ws {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			l := len(last.data)
+			if last.off+int64(l) == w.off && len(w.data) > 0 && cap(last.data)-l >= len(w.data) &&
+				unsafe.Pointer(unsafe.SliceData(last.data[l:])) == unsafe.Pointer(unsafe.SliceData(w.data)) {
+				last.data = last.data[:l+len(w.data)]
+				continue
+			}
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 // planShard lays a shard out, computes its digests and decides what it
 // shares with the base shard bs (nil: nothing).
 func planShard(sh *Shard, bs *ShardEntry, noReuse bool) (*shardPlan, error) {
@@ -597,7 +624,7 @@ func (s *Store) saveShard(ctx context.Context, dir uint64, sh *Shard, base *base
 			return nil, fmt.Errorf("ckpt: shard %q: %w", sh.Name, err)
 		}
 		piece := 0
-		for _, w := range p.writes {
+		for _, w := range coalesce(p.writes) {
 			err = writePieces(ctx, f, w.data, w.off, func(int) error {
 				piece++
 				return s.hook(Point{Phase: PhaseWrite, Shard: sh.Name, Piece: piece - 1})

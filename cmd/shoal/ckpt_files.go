@@ -81,10 +81,14 @@ func ckptReadDir(dir string) (*ckptDir, error) {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		ds := h.DataStart()
-		sh := ckpt.Shard{Name: e.Name(), Header: b[:ds:ds], Tensors: make([]ckpt.Tensor, 0, len(h.Tensors))}
+		// Slices of the mapping with its capacity beyond them (it is read
+		// only: nothing appends), so that the save sees the header and
+		// the tensors as the one run they are and writes whole extents
+		// of it without a copy (ckpt's coalesce).
+		sh := ckpt.Shard{Name: e.Name(), Header: b[:ds], Tensors: make([]ckpt.Tensor, 0, len(h.Tensors))}
 		for _, t := range h.Tensors {
 			sh.Tensors = append(sh.Tensors, ckpt.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape,
-				Data: b[ds+t.Begin : ds+t.End : ds+t.End]})
+				Data: b[ds+t.Begin : ds+t.End]})
 		}
 		d.shards = append(d.shards, sh)
 	}
