@@ -67,7 +67,8 @@ func anyResident(b []byte) bool {
 // read with O_DIRECT. It is not given to huge pages: a restore reads into
 // its tensors once, mostly in a new process, whose fresh memory then
 // faulted huge pages in at 0.35-0.45 cpu-s per 256 MiB restored against
-// 0.2-0.25 without (direct compaction; 2026-12-07, docs/performance.md).
+// 0.2-0.25 without (the huge pages' faults; compaction is the likely
+// cost, not profiled: 2026-12-07, docs/performance.md).
 func AlignedAt(n int, off int64) []byte {
 	want := int(off & (Align - 1))
 	raw := make([]byte, n+Align)
